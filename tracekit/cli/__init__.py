@@ -1,0 +1,30 @@
+"""The `tracekit` command: a thin click group over the library."""
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .ingest import ingest_cmd, info_cmd
+from .query import query_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tracekit")
+def cli():
+    """Profile and replay distributed PyTorch training from its traces.
+
+    \b
+    Example:
+      tracekit ingest runs/job42/
+      tracekit info runs/job42/
+      tracekit query runs/job42/ "SELECT rank, count(*) FROM kernels GROUP BY rank"
+    """
+
+
+cli.add_command(ingest_cmd)
+cli.add_command(info_cmd)
+cli.add_command(query_cmd)
+
+
+def main() -> None:
+    cli(prog_name="tracekit")

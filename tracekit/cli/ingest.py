@@ -1,0 +1,123 @@
+"""`tracekit ingest` and `tracekit info`."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from ._common import echo_err, emit, fail_cleanly, format_option, store_option
+
+
+@click.command("ingest")
+@click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
+@store_option()
+@click.option("--rank-from", default="auto", show_default=True, metavar="auto|filename|order|regex:PATTERN",
+              help="Where a trace's rank comes from: distributedInfo then the file name (auto), the file name "
+                   "(rank3, rank-3, worker3 ...), the sorted file order, or a regex with one (\\d+) group.")
+@click.option("--jobs", "-j", type=click.IntRange(1, 512), default=None,
+              help="Files ingested in parallel (default: one per CPU core).")
+@click.option("--skip-bad", is_flag=True, help="Leave out unreadable traces (listed) instead of failing.")
+@click.option("--force", is_flag=True, help="Re-ingest every file, even unchanged ones.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
+@fail_cleanly
+def ingest_cmd(trace_dir, store, rank_from, jobs, skip_bad, force, quiet):
+    """Ingest a directory of per-rank Kineto traces into a Parquet store.
+
+    Unchanged files are skipped; a changed file replaces its partition; a bad
+    file leaves the previous store untouched.
+
+    \b
+    Example:
+      tracekit ingest runs/job42/
+      tracekit ingest runs/job42/ --store /scratch/job42.store --rank-from filename
+    """
+    from ..ingest import ingest
+
+    r = ingest(trace_dir, store, rank_from=rank_from, jobs=jobs, skip_bad=skip_bad, force=force,
+               on_wait=lambda: echo_err("waiting for another tracekit ingest of this store to finish ..."))
+    for source, warnings in r.warnings.items():
+        for w in warnings:
+            echo_err(f"warning: {source}: {w}")
+    for source, why in r.failed.items():
+        echo_err(f"skipped unreadable trace {source}: {why}")
+    if not quiet:
+        click.echo(f"store: {r.store_dir}")
+        click.echo(f"ingested {len(r.ingested)} file(s), {len(r.unchanged)} unchanged, "
+                   f"{len(r.removed)} removed, {len(r.skipped)} not a trace ({r.seconds:.2f} s)")
+        for source, why in r.skipped.items():
+            click.echo(f"  not a trace: {source} ({why})")
+
+
+@click.command("info")
+@click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
+@store_option()
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text for people, json for scripts.")
+@fail_cleanly
+def info_cmd(trace_dir, store, fmt):
+    """Summarise a run: ranks, world size, devices, steps, time span, event counts, warnings.
+
+    Ingests new or changed traces first.
+
+    \b
+    Example:
+      tracekit info runs/job42/
+      tracekit info runs/job42/ --format json
+    """
+    import tracekit
+
+    from ._common import _jsonable
+
+    run = tracekit.open(trace_dir, store)
+    info = run.info()
+    if fmt == "json":
+        out = {k: v for k, v in info.items() if k not in ("per_rank", "categories")}
+        out["per_rank"] = [{k: _jsonable(v) for k, v in r.items()} for r in info["per_rank"].to_dict(orient="records")]
+        out["categories"] = [{k: _jsonable(v) for k, v in r.items()} for r in info["categories"].to_dict(orient="records")]
+        click.echo(json.dumps(out, indent=1, default=str))
+        return
+    ws = info["world_size"]
+    click.echo(f"trace dir:  {info['trace_dir']}")
+    click.echo(f"store:      {info['store']}")
+    click.echo(f"ranks:      {_ranges(info['ranks'])} ({len(info['ranks'])} of world size {ws if ws else 'unknown'})")
+    click.echo(f"devices:    {', '.join(info['devices']) or 'none (CPU-only trace)'}")
+    click.echo(f"steps:      {info['steps']}")
+    if info["first_ts_ns"] is not None:
+        click.echo(f"time span:  {(info['last_end_ns'] - info['first_ts_ns']) / 1e6:.3f} ms")
+    click.echo(f"events:     {info['event_count']}")
+    click.echo("")
+    cols = ["rank", "source_file", "rank_source", "steps", "event_count", "cpu_ops", "kernels", "gpu_ops",
+            "span_ns", "lost_event_count"]
+    emit(info["per_rank"][cols], "table")
+    click.echo("")
+    emit(info["categories"], "table")
+    for note in info["notes"]:
+        click.echo(f"note: {note}")
+    for src, ws_ in info["warnings"].items():
+        for w in ws_:
+            click.echo(f"warning: {src}: {w}")
+    for src, why in info["skipped"].items():
+        click.echo(f"not a trace: {src} ({why})")
+
+
+def _ranges(ranks: list[int]) -> str:
+    out, start, prev = [], None, None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:
+            prev = r
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = r
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    return ", ".join(out) or "none"
+
+
+def _devices(info: dict) -> str:
+    if info["devices"]:
+        return ", ".join(info["devices"])
+    if int(info["per_rank"]["gpu_ops"].sum()):
+        return "unknown (the traces have GPU activity but no deviceProperties)"
+    return "none (no GPU activity in the traces)"

@@ -1,0 +1,51 @@
+"""What a store holds: ranks, world size, devices, steps, time span, counts, warnings."""
+from __future__ import annotations
+
+import json
+
+
+def run_info(run) -> dict:
+    m = run.store.manifest
+    per_rank = run.sql("""
+        SELECT r.rank, r.source_file, r.rank_source, r.world_size, r.backend, r.hostname, r.device_names,
+               r.time_style, r.first_ts_ns, r.last_end_ns, r.last_end_ns - r.first_ts_ns AS span_ns,
+               r.event_count, r.lost_event_count,
+               coalesce(s.steps, 0) AS steps, coalesce(k.kernels, 0) AS kernels, coalesce(k.gpu_ops, 0) AS gpu_ops,
+               coalesce(c.cpu_ops, 0) AS cpu_ops
+        FROM ranks r
+        LEFT JOIN (SELECT rank, count(*) AS steps FROM steps GROUP BY rank) s USING (rank)
+        LEFT JOIN (SELECT rank, count(*) FILTER (WHERE cat = 'kernel') AS kernels, count(*) AS gpu_ops
+                   FROM events WHERE ph = 'X' AND cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') GROUP BY rank) k USING (rank)
+        LEFT JOIN (SELECT rank, count(*) AS cpu_ops FROM events WHERE ph = 'X' AND cat = 'cpu_op' GROUP BY rank) c USING (rank)
+        ORDER BY rank""")
+    categories = run.sql("""
+        SELECT coalesce(cat, '') AS category, ph, count(*) AS events FROM events GROUP BY ALL ORDER BY events DESC""")
+    sizes = [int(w) for w in per_rank["world_size"].dropna().unique()]
+    world_size = max(sizes) if sizes else None
+    ranks = [int(r) for r in per_rank["rank"]]
+    devices = sorted({d for v in per_rank["device_names"].dropna() for d in json.loads(v) if d})
+    warnings = {src: e.warnings for src, e in sorted(m.sources.items()) if e.warnings}
+    notes = []
+    if len(sizes) > 1:
+        notes.append(f"ranks disagree on the world size: {sorted(sizes)}")
+    if world_size and len(ranks) < world_size:
+        notes.append(f"{len(ranks)} of {world_size} ranks present (a sampled or partial trace set)")
+    for src, e in sorted(m.sources.items()):
+        if e.rank_source != "distributedInfo":
+            notes.append(f"{src}: rank {e.rank} taken from the {'file name' if e.rank_source == 'filename' else e.rank_source}")
+    return {
+        "trace_dir": m.trace_dir,
+        "store": run.store.path,
+        "ranks": ranks,
+        "world_size": world_size,
+        "devices": devices,
+        "steps": int(per_rank["steps"].max()) if len(per_rank) else 0,
+        "first_ts_ns": int(per_rank["first_ts_ns"].min()) if len(per_rank) else None,
+        "last_end_ns": int(per_rank["last_end_ns"].max()) if len(per_rank) else None,
+        "event_count": int(per_rank["event_count"].sum()),
+        "per_rank": per_rank,
+        "categories": categories,
+        "skipped": {k: v.split("|", 2)[-1] for k, v in m.skipped.items()},
+        "warnings": warnings,
+        "notes": notes,
+    }

@@ -1,0 +1,379 @@
+"""Kineto trace -> Parquet files for one rank (a pure map: one file in, files out).
+
+Owns: decoding events into Arrow columns, the typed-args extraction declared in
+`store.schema`, timestamps as exact int64 ns, the rank of a file, and the
+per-file derived tables (ranks, steps, flows, memory).
+
+No per-event Python: the reader hands over chunks of complete events as JSON
+arrays, and DuckDB's vectorised JSON reader turns each chunk into typed columns
+and Parquet (the typed-args map, exact ns timestamps, compact args JSON).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from ..errors import TraceFileError
+from ..store.schema import ARG_COLUMNS, EVENT_COLUMNS, TABLES
+from .reader import CHUNK_BYTES, TraceStream
+
+_RANK_PATTERNS = (
+    re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE),
+    re.compile(r"(?:^|[^a-z])(?:rank|worker)(\d+)", re.IGNORECASE),
+)
+
+
+def rank_from_filename(name: str) -> int | None:
+    """`rank-3`, `rank3`, `rank_3`, `worker3`, `sampled_rank-0` ... -> the number."""
+    for pat in _RANK_PATTERNS:
+        m = pat.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+@dataclass
+class FileResult:
+    """What ingesting one file produced, before it is committed to the store."""
+
+    source: str  # path relative to the trace directory
+    rank: int
+    rank_source: str
+    staged: dict[str, list[str]]  # table -> staged parquet files
+    event_count: int
+    lost_event_count: int
+    warnings: list[str] = field(default_factory=list)
+    world_size: int | None = None
+
+
+def _typed_sql() -> str:
+    """SQL from one chunk file of events (a JSON array) to the events schema.
+
+    DuckDB parses the JSON (vectorised, both cores). json_transform parses each
+    args object once into a typed struct (bad values become NULL; the original
+    stays in args_json). Struct field names are case-insensitive, so keys that
+    differ only in case ("bytes" of a memcpy, "Bytes" of a [memory] event) are
+    read with json_extract instead. Timestamps arrive as DOUBLE, exact to the
+    ns below 2^42 us; larger fractional ones (old-style absolute times) come
+    exactly from the text through the `ts_text` table, see _exact_ts.
+    """
+    seen: set[str] = set()
+    spec: dict[str, str] = {}
+    cols = []
+    for a in ARG_COLUMNS:
+        if a.key.lower() in seen:
+            cols.append(f"TRY_CAST(json_extract_string(args, '$.\"{a.key}\"') AS {a.sql_type}) AS {a.column}")
+            continue
+        seen.add(a.key.lower())
+        spec[a.key] = a.sql_type
+        cols.append(f'_a."{a.key}" AS {a.column}')
+    struct = msgspec.json.encode(spec).decode().replace("'", "''")
+    # pid/tid/id are integers except in a few events (Kineto's "Spans" rows):
+    # read as text, keep the integer when there is one, else the label.
+    columns = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
+               "dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', s: 'VARCHAR', args: 'JSON'}")
+    label = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT) IS NULL THEN {c} END"  # noqa: E731
+    # whole microseconds are exact as doubles up to 2^53: scale them as integers
+    us_to_ns = lambda c: (f"CASE WHEN NOT abs({c}) < 9.2e15 THEN NULL "  # beyond int64 ns (or NaN)  # noqa: E731
+                          f"WHEN {c} = trunc({c}) THEN TRY_CAST({c} AS BIGINT) * 1000 "
+                          f"ELSE TRY_CAST(round({c} * 1000) AS BIGINT) END")
+    return f"""
+    WITH r AS (
+      SELECT row_number() OVER () - 1 + $first_id AS event_id, *
+      FROM read_json($path, format = 'array', columns = {columns}, maximum_object_size = $max_object)),
+    b AS (
+      SELECT *, json_transform(args, '{struct}') AS _a FROM r)
+    SELECT event_id, ph, cat, name,
+      TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid,
+      {label("pid")} AS pid_label, {label("tid")} AS tid_label,
+      {us_to_ns("ts")} + $base AS ts_ns,
+      {us_to_ns("dur")} AS dur_ns,
+      TRY_CAST(id AS BIGINT) AS flow_id, {label("id")} AS flow_id_label,
+      bp, s AS scope,
+      {", ".join(cols)},
+      args::VARCHAR AS args_json
+    FROM b"""
+
+
+_TYPED_SQL = _typed_sql()
+# A fractional timestamp too large for a double to hold to the ns.
+_BIG_FRACTIONAL_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')
+
+
+class _TsOnly(msgspec.Struct, gc=False):
+    ts: msgspec.Raw = msgspec.Raw(b"")
+
+
+_TS_DECODER = msgspec.json.Decoder(list[_TsOnly])
+
+
+def _exact_ts(con, text: bytes, first_id: int, base: int, rel: "duckdb.DuckDBPyRelation"):
+    """Replace ts_ns with values parsed from the JSON text as exact decimals."""
+    raws = [bytes(e.ts) for e in _TS_DECODER.decode(text)]
+    ts_text = pa.table({"event_id": pa.array(range(first_id, first_id + len(raws)), pa.int64()),  # noqa: F841
+                        "ts_raw": pa.array(raws, pa.binary()).cast(pa.string())})
+    return con.sql(
+        "SELECT e.* REPLACE (TRY_CAST(round(TRY_CAST(t.ts_raw AS DECIMAL(38,6)) * 1000) AS BIGINT) + "
+        f"{int(base)} AS ts_ns) FROM rel e JOIN ts_text t USING (event_id) ORDER BY event_id")
+
+
+def _prefetch(batches, depth: int = 1):
+    """Run the reader (gunzip, cutting) in a thread while DuckDB, which releases
+    the GIL, converts the previous chunk: the two cores work at once."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in batches:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # handed to the consumer, raised there
+            q.put(e)
+
+    t = threading.Thread(target=produce, name="tracekit-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        t.join()
+
+
+def _connect():
+    import duckdb
+
+    # both cores; a cap so that one huge chunk cannot take the machine
+    return duckdb.connect(config={"threads": 2, "memory_limit": "1GB"})
+
+
+def _scratch_dir(stage_dir: str) -> str:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else stage_dir
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "auto",
+                  forced_rank: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> FileResult:
+    """Read one Kineto trace and write its tables as Parquet under stage_dir.
+
+    Raises TraceFileError (naming the file) on input that cannot be ingested.
+    """
+    import duckdb
+
+    os.makedirs(stage_dir, exist_ok=True)
+    stream = TraceStream(path, chunk_bytes=chunk_bytes)
+    con = _connect()
+    parts: list[str] = []
+    fd, scratch = tempfile.mkstemp(prefix="tracekit-", suffix=".json", dir=_scratch_dir(stage_dir))
+    os.close(fd)
+    base = None
+    try:
+        for text, n in _prefetch(stream.batches()):
+            if base is None:
+                base = _int(stream.head_metadata.get("baseTimeNanoseconds")) or 0
+            first_id = stream.event_count - n
+            with open(scratch, "wb") as f:
+                f.write(text)
+            target = os.path.join(stage_dir, f"events-{len(parts):05d}.parquet")
+            params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
+            try:
+                _write_events(con, params, text, target)
+            except duckdb.Error as e:
+                if "maximum_object_size" not in str(e):
+                    raise
+                params["max_object"] = len(text) + 1  # one event over 16 MB: rare, costs memory
+                _write_events(con, params, text, target)
+            del text
+            parts.append(target)
+        if not parts:
+            raise TraceFileError(path, "traceEvents is empty: the profiler recorded nothing; check the "
+                                       "profiler schedule (wait/warmup/active) and that profiling ran")
+    except duckdb.Error as e:
+        msg = str(e).split("\n")[0]
+        raise TraceFileError(path, f"events could not be read ({msg}); each event must be a JSON object") from None
+    except MemoryError:
+        raise TraceFileError(path, "ran out of memory reading one event; is an event gigabytes long?") from None
+    finally:
+        os.unlink(scratch)
+
+    meta = stream.metadata
+    events = f"read_parquet({_list_sql(parts)})"
+    bad = con.execute(f"SELECT min(event_id) FROM {events} WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)").fetchall()[0][0]
+    if bad is not None:
+        raise TraceFileError(path, f"traceEvents[{bad}]: a complete event (ph X) needs numeric 'ts' and 'dur'; fix or drop that event")
+    late_base = _int(meta.get("baseTimeNanoseconds")) if "baseTimeNanoseconds" not in stream.head_metadata else None
+    if late_base:  # the base came after traceEvents: shift what was written
+        for part in parts:
+            con.sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet('{_q(part)}')").write_parquet(part + ".base", compression="zstd")
+            os.replace(part + ".base", part)
+
+    rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank)
+    staged = {"events": parts}
+    staged.update(_derived_tables(con, stage_dir, events))
+    staged["ranks"] = [_write_rank_row(con, stage_dir, events, source, meta, stream, rank_source, world_size)]
+    con.close()
+    return FileResult(source=source, rank=rank, rank_source=rank_source, staged=staged,
+                      event_count=stream.event_count, lost_event_count=stream.lost_events,
+                      warnings=list(stream.warnings), world_size=world_size)
+
+
+_MAX_OBJECT = 16 << 20
+_CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in EVENT_COLUMNS)
+
+
+def _write_events(con, params: dict, text: bytes, target: str) -> None:
+    rel = con.sql(_TYPED_SQL, params=params)
+    if _BIG_FRACTIONAL_TS.search(text):
+        rel = _exact_ts(con, text, params["first_id"], params["base"], rel)
+    con.sql(f"SELECT {_CAST_EVENTS} FROM rel").write_parquet(target, compression="zstd")
+
+
+def _list_sql(paths: list[str]) -> str:
+    return "[" + ", ".join(f"'{_q(p)}'" for p in paths) + "]"
+
+
+def _q(path: str) -> str:
+    return path.replace("'", "''")
+
+
+def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_rank: int | None):
+    info = meta.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    world_size = _int(info.get("world_size"))
+    if forced_rank is not None:
+        return forced_rank, rank_from if rank_from in ("order",) else "option", world_size
+    if rank_from == "auto":
+        r = _int(info.get("rank"))
+        if r is not None and r >= 0:
+            return r, "distributedInfo", world_size
+    if rank_from in ("auto", "filename"):
+        r = rank_from_filename(os.path.basename(source))
+        if r is not None:
+            return r, "filename", world_size
+    elif rank_from.startswith("regex:"):
+        m = re.search(rank_from[6:], source)
+        if m and m.groups() and m.group(1).isdigit():
+            return int(m.group(1)), "filename", world_size
+        raise TraceFileError(path, f"--rank-from {rank_from!r} does not match this file's path with a numeric group")
+    raise TraceFileError(
+        path,
+        "cannot tell which rank this trace belongs to: it has no distributedInfo.rank and its name has no "
+        "'rank<N>'/'worker<N>'; rename it (e.g. rank3.json.gz) or pass --rank-from order "
+        "(ranks by sorted file name) or --rank-from 'regex:<pattern with one (\\d+) group>'",
+    )
+
+
+def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
+    out = {}
+    queries = {
+        "steps": f"""
+            WITH s AS (
+              SELECT TRY_CAST(regexp_extract(name, 'ProfilerStep#(\\d+)', 1) AS BIGINT) AS step, name,
+                     ts_ns, dur_ns, ts_ns + dur_ns AS end_ns, pid, tid
+              FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL),
+            launch AS (
+              SELECT ts_ns, correlation FROM {ev}
+              WHERE cat IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL),
+            gpu AS (
+              SELECT correlation, min(ts_ns) AS g0, max(ts_ns + dur_ns) AS g1 FROM {ev}
+              WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND correlation IS NOT NULL GROUP BY correlation),
+            sg AS (
+              SELECT s.step, s.ts_ns, min(gpu.g0) AS gpu_start_ns, max(gpu.g1) AS gpu_end_ns
+              FROM s JOIN launch l ON l.ts_ns >= s.ts_ns AND l.ts_ns < s.end_ns
+                     JOIN gpu ON gpu.correlation = l.correlation
+              GROUP BY s.step, s.ts_ns)
+            SELECT s.step, s.name, s.ts_ns, s.dur_ns, s.end_ns, s.pid, s.tid,
+                   sg.gpu_start_ns, sg.gpu_end_ns,
+                   s.ts_ns = max(s.ts_ns) OVER () AS is_last
+            FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns""",
+        "flows": f"""
+            WITH f AS (SELECT * FROM {ev} WHERE ph IN ('s', 'f', 't') AND (flow_id IS NOT NULL OR flow_id_label IS NOT NULL))
+            SELECT coalesce(a.cat, b.cat) AS cat, coalesce(a.flow_id, b.flow_id) AS flow_id,
+                   coalesce(a.flow_id_label, b.flow_id_label) AS flow_id_label,
+                   a.event_id AS start_event_id, a.ts_ns AS start_ts_ns, a.pid AS start_pid, a.tid AS start_tid,
+                   b.event_id AS end_event_id, b.ts_ns AS end_ts_ns, b.pid AS end_pid, b.tid AS end_tid
+            FROM (SELECT * FROM f WHERE ph = 's') a
+            FULL JOIN (SELECT * FROM f WHERE ph = 'f') b
+              ON a.cat IS NOT DISTINCT FROM b.cat AND a.flow_id IS NOT DISTINCT FROM b.flow_id
+             AND a.flow_id_label IS NOT DISTINCT FROM b.flow_id_label
+            ORDER BY coalesce(a.event_id, b.event_id)""",
+        "memory": f"""
+            SELECT event_id, ts_ns, pid, tid, mem_addr AS addr, mem_bytes AS bytes,
+                   mem_total_allocated AS total_allocated, mem_total_reserved AS total_reserved,
+                   mem_device_type AS device_type, mem_device_id AS device_id
+            FROM {ev} WHERE ph = 'i' AND name = '[memory]' ORDER BY ts_ns, event_id""",
+    }
+    for table, sql in queries.items():
+        cols = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in TABLES[table])
+        target = os.path.join(stage_dir, f"{table}.parquet")
+        con.sql(f"SELECT {cols} FROM ({sql})").write_parquet(target, compression="zstd")
+        out[table] = [target]
+    return out
+
+
+def _write_rank_row(con, stage_dir, events, source, meta, stream: TraceStream, rank_source, world_size) -> str:
+    info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+    devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
+    other = {k: v for k, v in meta.items() if k not in ("distributedInfo", "deviceProperties")}
+    base = _int(meta.get("baseTimeNanoseconds"))
+    hostname = next((str(meta[k]) for k in ("host_name", "hostname", "hostName") if meta.get(k)), None)
+    span = con.execute(f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {events}").fetchall()[0]
+    enc = lambda v: None if v is None else msgspec.json.encode(v).decode()  # noqa: E731
+    row = {
+        "world_size": world_size,
+        "backend": str(info.get("backend")) if info and info.get("backend") is not None else None,
+        "rank_source": rank_source,
+        "hostname": hostname,
+        "device_names": enc([d.get("name") for d in devices if isinstance(d, dict)]) if devices else None,
+        "source_file": source,
+        "time_style": "relative" if base is not None else "absolute",
+        "base_time_ns": base,
+        "clock_offset_ns": 0,
+        "event_count": span[0],
+        "lost_event_count": stream.lost_events,
+        "first_ts_ns": span[1],
+        "last_end_ns": span[2],
+        "distributed_info_json": enc(info),
+        "device_properties_json": enc(devices),
+        "trace_metadata_json": enc(other),
+        "warnings_json": enc(stream.warnings),
+    }
+    cols = TABLES["ranks"]
+    select = ", ".join(f"CAST(${c} AS {t}) AS {c}" for c, t, _ in cols)
+    target = os.path.join(stage_dir, "ranks.parquet")
+    con.sql(f"SELECT {select}", params=row).write_parquet(target, compression="zstd")
+    return target

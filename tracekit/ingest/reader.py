@@ -1,0 +1,302 @@
+"""Streaming reader for Chrome/Kineto trace JSON (plain or gzip).
+
+Owns: decompression, finding the `traceEvents` array, cutting it into batches of
+complete events without holding the whole file, the metadata around the array,
+and salvaging what a profiler killed mid-write left behind.
+
+Why not one `json.loads`: a multi-GB trace must ingest in bounded memory, and a
+truncated file must still give up every complete event. Cuts are found with a
+cheap byte search (`}` `,` `{`) and confirmed by the decoder: a prefix that
+starts at an event boundary and decodes as a list of complete values can only end
+at an event boundary, so a wrong candidate simply fails to decode and an earlier
+one is tried.
+"""
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+
+from ..errors import NotATraceError, TraceFileError
+
+CHUNK_BYTES = 8 << 20  # decompressed bytes per batch (bounded memory)
+_READ_BYTES = 1 << 20
+_TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_WS = b" \t\r\n"
+_MAX_CUT_TRIES = 64
+_SPLIT = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _decode_error(exc: Exception) -> bool:
+    """True for syntax errors (a wrong cut), False for type errors (bad data)."""
+    return isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError)
+
+
+class TraceStream:
+    """Iterate decoded batches of events from one trace file.
+
+    After iteration: `metadata` holds every top-level key except traceEvents,
+    `event_count` the events yielded, `lost_events` the incomplete events a
+    truncated file lost, `warnings` human-readable notes.
+    """
+
+    def __init__(self, path: str | os.PathLike, chunk_bytes: int = CHUNK_BYTES):
+        self.path = os.fspath(path)
+        self.chunk_bytes = chunk_bytes
+        self.metadata: dict[str, Any] = {}
+        self.head_metadata: dict[str, Any] = {}
+        self.event_count = 0
+        self.lost_events = 0
+        self.truncated = False
+        self.warnings: list[str] = []
+
+    # -- bytes --------------------------------------------------------------
+    def _blocks(self) -> Iterator[bytes]:
+        try:
+            f = open(self.path, "rb")
+        except OSError as e:
+            raise TraceFileError(self.path, f"cannot read the file ({e.strerror})") from None
+        with f:
+            magic = f.read(2)
+            f.seek(0)
+            if magic != b"\x1f\x8b":
+                while block := f.read(_READ_BYTES):
+                    yield block
+                return
+            d = zlib.decompressobj(31)
+            while True:
+                block = f.read(_READ_BYTES)
+                if not block:
+                    break
+                while block:
+                    try:
+                        out = d.decompress(block)
+                    except zlib.error as e:
+                        raise TraceFileError(
+                            self.path,
+                            f"gzip data is corrupt ({e}); copy the file again or re-export the trace",
+                        ) from None
+                    if out:
+                        yield out
+                    if d.eof:  # multi-member gzip: start the next member
+                        block = d.unused_data
+                        if block.strip(b"\x00"):
+                            d = zlib.decompressobj(31)
+                        else:
+                            block = b""
+                    else:
+                        block = b""
+            if not d.eof:
+                tail = d.flush()
+                if tail:
+                    yield tail
+                self.truncated = True
+                self.warnings.append("gzip stream ends early (file cut short)")
+
+    # -- events -------------------------------------------------------------
+    def batches(self) -> Iterator[tuple[bytes, int]]:
+        """Yield (b"[...]", n): JSON arrays of consecutive complete events.
+
+        Each array has been checked to be complete, valid JSON; `n` is its
+        number of events and `event_count` the running total.
+        """
+        decode = _SPLIT.decode
+        blocks = self._blocks()
+        buf = b""
+        eof = False
+
+        def fill(min_len: int) -> None:
+            nonlocal buf, eof
+            parts = [buf]
+            size = len(buf)
+            while size < min_len and not eof:
+                try:
+                    b = next(blocks)
+                except StopIteration:
+                    eof = True
+                    break
+                parts.append(b)
+                size += len(b)
+            buf = b"".join(parts)
+
+        # head: everything before the events array
+        fill(1 << 16)
+        start = len(buf) - len(buf.lstrip(_WS))
+        if not buf[start:]:
+            raise TraceFileError(self.path, "the file is empty")
+        first = buf[start:start + 1]
+        if first not in (b"{", b"["):
+            raise TraceFileError(self.path, "not JSON (expected a trace object or event array)")
+        if first == b"[":
+            pos = start + 1
+            array_format = True
+        else:
+            array_format = False
+            while True:
+                m = _TRACE_EVENTS.search(buf)
+                if m or eof:
+                    break
+                fill(len(buf) * 2)
+            if not m:
+                self._no_events_array(buf)
+            self.head_metadata = self._decode_object(buf[start:m.start()].rstrip(_WS).rstrip(b","), "metadata before traceEvents")
+            self.metadata.update(self.head_metadata)
+            pos = m.end()
+
+        while True:
+            if not eof:
+                fill(len(buf) - pos + self.chunk_bytes)
+            if eof:
+                break
+            cut = self._cut(buf, pos, decode)
+            if cut is None:  # one event larger than the chunk: read more
+                fill(len(buf) + self.chunk_bytes)
+                continue
+            events, nxt = cut
+            yield events
+            buf = buf[nxt:]
+            pos = 0
+
+        # end of file: cut whole batches, then find the array's end or salvage
+        rest = buf[pos:]
+        while len(rest) > (1 << 16):
+            cut = self._cut(rest, 0, decode)
+            if cut is None:
+                break
+            events, nxt = cut
+            yield events
+            rest = rest[nxt:]
+        yield from self._finish(rest, decode, array_format)
+
+    def _decode_object(self, text: bytes, what: str) -> dict:
+        try:
+            obj = msgspec.json.decode(text + b"}")
+        except msgspec.DecodeError:
+            raise TraceFileError(self.path, f"{what} is not valid JSON") from None
+        if not isinstance(obj, dict):
+            raise TraceFileError(self.path, f"{what} is not a JSON object")
+        return obj
+
+    def _no_events_array(self, buf: bytes) -> None:
+        try:
+            obj = msgspec.json.decode(buf)
+        except msgspec.DecodeError as e:
+            raise TraceFileError(self.path, f"not valid JSON ({e})") from None
+        raise NotATraceError(self.path, "valid JSON but has no traceEvents array (not a Kineto trace)")
+
+    def _run(self, decode: Callable[[bytes], list], segment: bytes) -> tuple[bytes, int]:
+        text = b"[" + segment + b"]"
+        try:
+            n = len(decode(text))
+        except msgspec.ValidationError as e:
+            raise TraceFileError(self.path, self._where(str(e))) from None
+        self.event_count += n
+        return text, n
+
+    def _where(self, msg: str) -> str:
+        m = re.search(r"`\$\[(\d+)\]([^`]*)`", msg)
+        if not m:
+            return f"an event has a field of the wrong type ({msg})"
+        index = self.event_count + int(m.group(1))
+        field = m.group(2).lstrip(".") or "the event"
+        what = msg.split(" - at ")[0]
+        return f"traceEvents[{index}] field '{field}': {what}; fix or drop that event"
+
+    def _cut(self, buf: bytes, pos: int, decode) -> tuple[tuple[bytes, int], int] | None:
+        """Decode the longest run of complete events starting at pos that ends
+        before the last `},{` boundary; return (events, start of next event)."""
+        hi = len(buf)
+        for _ in range(_MAX_CUT_TRIES):
+            j = buf.rfind(b"}", pos, hi)
+            if j < 0:
+                return None
+            k = j + 1
+            while k < len(buf) and buf[k] in _WS:
+                k += 1
+            if k < len(buf) and buf[k] == 0x2C:  # ','
+                k += 1
+                while k < len(buf) and buf[k] in _WS:
+                    k += 1
+                if k < len(buf) and buf[k] == 0x7B:  # '{'
+                    try:
+                        return self._run(decode, buf[pos:j + 1]), k
+                    except msgspec.DecodeError as e:
+                        if not _decode_error(e):
+                            raise
+            hi = j
+        return None
+
+    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int]]:
+        # complete file: the array's closing bracket followed by valid metadata
+        hi = len(rest)
+        tries = 0
+        while tries < _MAX_CUT_TRIES:
+            q = rest.rfind(b"]", 0, hi)
+            if q < 0:
+                break
+            hi = q
+            tail = rest[q + 1:].strip(_WS)
+            if array_format:
+                ok, tail_meta = tail == b"", {}
+            elif tail == b"}":
+                ok, tail_meta = True, {}
+            elif tail.startswith(b","):
+                try:
+                    tail_meta = msgspec.json.decode(b"{" + tail[1:])
+                    ok = isinstance(tail_meta, dict)
+                except msgspec.DecodeError:
+                    ok = False
+            else:
+                ok = False
+            if not ok:
+                continue
+            tries += 1
+            segment = rest[:q].strip(_WS)
+            try:
+                events = self._run(decode, segment) if segment else (b"[]", 0)
+            except msgspec.DecodeError as e:
+                if not _decode_error(e):
+                    raise
+                continue
+            for key, value in tail_meta.items():
+                self.metadata.setdefault(key, value)
+            if events[1]:
+                yield events
+            return
+        yield from self._salvage(rest, decode, array_format)
+
+    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int]]:
+        """The array never closes: keep every complete event, count the rest."""
+        self.truncated = True
+        hi = len(rest)
+        for _ in range(_MAX_CUT_TRIES * 4):
+            j = rest.rfind(b"}", 0, hi)
+            if j < 0:
+                break
+            hi = j
+            try:
+                events = self._run(decode, rest[:j + 1])
+            except msgspec.DecodeError as e:
+                if not _decode_error(e):
+                    raise
+                continue
+            self._lost(rest[j + 1:], array_format)
+            if events[1]:
+                yield events
+            return
+        self._lost(rest, array_format)
+
+    def _lost(self, tail: bytes, array_format: bool) -> None:
+        tail = tail.strip(_WS + b",")
+        if array_format and not tail:
+            self.truncated = False  # the Chrome array format may omit its "]"
+            return
+        self.lost_events = max(1, tail.count(b'"ph"')) if tail else 0
+        self.warnings.append(
+            f"file cut short: kept {self.event_count} complete events, lost {self.lost_events} "
+            "incomplete event(s) and any metadata after traceEvents"
+        )

@@ -1,0 +1,83 @@
+"""Run: the Python handle on one stored run (measured or replayed)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import StoreError, TracekitError
+from .store import Store, default_store_dir
+from .store.manifest import MANIFEST
+
+
+def open_run(path, store: str | None = None, *, ingest: bool = True, **ingest_options) -> "Run":
+    path = os.fspath(path)
+    if store is None and os.path.isfile(os.path.join(path, MANIFEST)):
+        return Run(Store(path), trace_dir=None)
+    if not os.path.isdir(path):
+        raise TracekitError(f"{path}: not a directory; pass a trace directory or a store")
+    store_dir = store or default_store_dir(path)
+    if ingest:
+        from .ingest import ingest as _ingest
+
+        _ingest(path, store_dir, **ingest_options)
+    return Run(Store(store_dir), trace_dir=os.path.abspath(path))
+
+
+class Run:
+    """SQL over one run's store. DataFrames out; the connection is read-only
+    towards the file system (see Store.connect)."""
+
+    def __init__(self, store: Store, trace_dir: str | None = None):
+        self.store = store
+        self.trace_dir = trace_dir or store.manifest.trace_dir
+        self._con = None
+
+    @property
+    def con(self):
+        if self._con is None:
+            self._con = self.store.connect()
+        return self._con
+
+    def sql(self, query: str, params: Any = None):
+        """Run SQL against the store's views; return a pandas DataFrame."""
+        return self._execute(query, params).df()
+
+    def arrow(self, query: str, params: Any = None):
+        """Run SQL against the store's views; return a pyarrow Table."""
+        return self._execute(query, params, relation=True).to_arrow_table()
+
+    def _execute(self, query: str, params: Any, relation: bool = False):
+        import duckdb
+
+        try:
+            if relation:
+                return self.con.sql(query, params=params)
+            return self.con.execute(query, params) if params is not None else self.con.execute(query)
+        except duckdb.Error as e:
+            raise TracekitError(f"query failed: {str(e).splitlines()[0]}") from None
+
+    @property
+    def ranks(self) -> list[int]:
+        return self.store.ranks
+
+    def info(self) -> dict:
+        from .info import run_info
+
+        return run_info(self)
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<tracekit.Run {self.trace_dir!r}: {len(self.ranks)} rank(s), store {self.store.path!r}>"
+
+
+__all__ = ["Run", "open_run", "StoreError"]

@@ -1,0 +1,127 @@
+"""The trace store: on-disk layout, locking, and the DuckDB connection with views.
+
+Layout (readable by DuckDB, Spark or Trino as hive-partitioned Parquet):
+
+    <store>/manifest.json                       the commit point (see manifest.py)
+    <store>/<table>/rank=<R>/<key>-<gen>-<i>.parquet
+    <store>/staging/                            work in progress, never read
+    <store>/lock                                held by the one writer
+
+The default store of a trace directory is `<dir>/.tracekit/`; when that
+directory is not writable, a per-user cache directory keyed by its path.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import time
+
+from ..errors import StoreError
+from . import manifest as _manifest
+from .schema import SCHEMA_VERSION, TABLES
+
+STORE_DIRNAME = ".tracekit"
+
+
+def default_store_dir(trace_dir: str) -> str:
+    trace_dir = os.path.abspath(trace_dir)
+    local = os.path.join(trace_dir, STORE_DIRNAME)
+    if os.path.isdir(local) or os.access(trace_dir, os.W_OK):
+        return local
+    cache = os.environ.get("TRACEKIT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tracekit")
+    key = hashlib.sha256(os.path.realpath(trace_dir).encode()).hexdigest()[:16]
+    return os.path.join(cache, "stores", f"{os.path.basename(trace_dir.rstrip(os.sep)) or 'root'}-{key}")
+
+
+@contextlib.contextmanager
+def writer_lock(store_dir: str, wait_s: float = 600.0, on_wait=None):
+    """One writer at a time: a second ingest waits, then fails cleanly."""
+    os.makedirs(store_dir, exist_ok=True)
+    fd = os.open(os.path.join(store_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told and on_wait:
+                    on_wait()
+                    told = True
+                if time.monotonic() > deadline:
+                    raise StoreError(f"{store_dir}: another tracekit ingest has held the store for {wait_s:.0f} s; "
+                                     "let it finish, or stop it and run ingest again") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+class Store:
+    """A committed store: its manifest and a read-only DuckDB view over it."""
+
+    def __init__(self, store_dir: str):
+        self.path = os.path.abspath(store_dir)
+        m = _manifest.load(self.path)
+        if m is None:
+            raise StoreError(f"{self.path}: no store here; run `tracekit ingest` on the trace directory first")
+        if m.schema_version != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema v{m.schema_version}, this tracekit reads v{SCHEMA_VERSION}; "
+                             "run `tracekit ingest` again to rebuild it")
+        self.manifest = m
+
+    def files(self, table: str) -> list[str]:
+        return [os.path.join(self.path, p) for p in self.manifest.files(table)]
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(e.rank for e in self.manifest.sources.values())
+
+    def connect(self, *, allow_external_access: bool = False):
+        """A DuckDB connection with the store's views.
+
+        By default the connection cannot read or write any file beyond the
+        store (enable_external_access off after the views bind, extension
+        auto-install off): user SQL gets the data, not the machine.
+        """
+        import duckdb
+
+        con = duckdb.connect(config={"threads": min(os.cpu_count() or 1, 8), "autoinstall_known_extensions": False,
+                                     "autoload_known_extensions": False})
+        for table in TABLES:
+            create_table_view(con, f"_{table}", self.files(table), TABLES[table])
+        con.execute(_VIEWS_SQL)
+        if not allow_external_access:
+            files = [f for table in TABLES for f in self.files(table)]
+            con.execute("SET allowed_paths = " + "[" + ", ".join(_sql_str(f) for f in files) + "]")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+        return con
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def create_table_view(con, name: str, files: list[str], columns) -> None:
+    """A view over one table's Parquet files, with `rank` from the hive path."""
+    if files:
+        lst = "[" + ", ".join(_sql_str(f) for f in files) + "]"
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({lst}, hive_partitioning = true, "
+                    "hive_types = {'rank': BIGINT}, union_by_name = true)")
+    else:  # an empty table still has its columns
+        cols = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t, _ in columns)
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT CAST(NULL AS BIGINT) AS rank, {cols} WHERE false")
+
+
+def _load_views_sql() -> str:
+    here = os.path.dirname(__file__)
+    with open(os.path.join(here, "views.sql"), encoding="utf-8") as f:
+        return f.read()
+
+
+_VIEWS_SQL = _load_views_sql()

@@ -1,0 +1,92 @@
+"""The store's manifest: which source files made which Parquet files.
+
+The manifest is the store's single commit point. Writers build new Parquet
+files under fresh names, then replace manifest.json atomically (write, fsync,
+rename); readers list files from the manifest only. A crash at any moment
+leaves either the old or the new manifest, and both name complete files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+from .. import __version__
+from ..errors import StoreError
+from .schema import SCHEMA_VERSION
+
+MANIFEST = "manifest.json"
+FORMAT = "tracekit-store"
+
+
+@dataclass
+class SourceEntry:
+    size: int
+    mtime_ns: int
+    sha256: str
+    rank: int
+    rank_source: str
+    event_count: int
+    lost_event_count: int
+    warnings: list[str]
+    files: dict[str, list[str]]  # table -> paths relative to the store
+    world_size: int | None = None
+    ingested_ns: int = 0
+
+
+@dataclass
+class Manifest:
+    trace_dir: str
+    sources: dict[str, SourceEntry] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # file -> why it is not a trace
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str = __version__
+    updated_ns: int = 0
+
+    def files(self, table: str) -> list[str]:
+        return [p for name in sorted(self.sources) for p in self.sources[name].files.get(table, [])]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["format"] = FORMAT
+        return d
+
+
+def load(store_dir: str) -> Manifest | None:
+    path = os.path.join(store_dir, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise StoreError(f"{path}: unreadable manifest ({e}); delete {store_dir} and ingest again") from None
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise StoreError(f"{path}: not a tracekit store manifest; delete {store_dir} and ingest again")
+    try:
+        sources = {k: SourceEntry(**v) for k, v in d.get("sources", {}).items()}
+        return Manifest(trace_dir=d["trace_dir"], sources=sources, skipped=d.get("skipped", {}),
+                        schema_version=d.get("schema_version", 0), tool_version=d.get("tool_version", "?"),
+                        updated_ns=d.get("updated_ns", 0))
+    except (TypeError, KeyError) as e:
+        raise StoreError(f"{path}: damaged manifest ({e}); delete {store_dir} and ingest again") from None
+
+
+def save(store_dir: str, manifest: Manifest) -> None:
+    manifest.updated_ns = time.time_ns()
+    path = os.path.join(store_dir, MANIFEST)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest.to_json(), f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:  # make the rename itself durable
+        fd = os.open(store_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass

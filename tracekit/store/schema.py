@@ -1,0 +1,164 @@
+"""The store's schema: the one contract between ingest, analyses and replay.
+
+Bump SCHEMA_VERSION whenever a stored column changes meaning or type; a store
+written under another version is re-ingested rather than misread.
+
+Times are int64 nanoseconds on the trace's own clock (absolute: base time plus
+relative timestamp for new-style traces, epoch microseconds x 1000 for old-style).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ArgColumn:
+    column: str  # column name in the events table
+    key: str  # key inside the Kineto event's "args" object
+    sql_type: str  # DuckDB type; JSON-valued args are kept as their JSON text
+    doc: str
+
+
+# Declarative map of Kineto args to typed columns (HTA keeps a similar versioned
+# map). Every arg, typed or not, is also kept verbatim in events.args_json.
+ARG_COLUMNS: tuple[ArgColumn, ...] = (
+    ArgColumn("external_id", "External id", "BIGINT", "links cpu_op <-> runtime launch"),
+    ArgColumn("correlation", "correlation", "BIGINT", "links runtime launch <-> GPU op"),
+    ArgColumn("device", "device", "BIGINT", "GPU index of a GPU op"),
+    ArgColumn("stream", "stream", "BIGINT", "CUDA/HIP stream of a GPU op"),
+    ArgColumn("cbid", "cbid", "BIGINT", "CUPTI callback id of a runtime/driver call"),
+    ArgColumn("ev_idx", "Ev Idx", "BIGINT", "profiler event index"),
+    ArgColumn("record_function_id", "Record function id", "BIGINT", "RecordFunction id"),
+    ArgColumn("sequence_number", "Sequence number", "BIGINT", "autograd sequence number (fwd<->bwd)"),
+    ArgColumn("fwd_thread_id", "Fwd thread id", "BIGINT", "forward thread of a backward op"),
+    ArgColumn("input_dims", "Input Dims", "VARCHAR", "JSON list of input shapes"),
+    ArgColumn("input_types", "Input type", "VARCHAR", "JSON list of input dtypes"),
+    ArgColumn("input_strides", "Input Strides", "VARCHAR", "JSON list of input strides"),
+    ArgColumn("concrete_inputs", "Concrete Inputs", "VARCHAR", "JSON list of scalar inputs"),
+    ArgColumn("grid", "grid", "VARCHAR", "JSON [x, y, z] grid of a kernel"),
+    ArgColumn("block", "block", "VARCHAR", "JSON [x, y, z] block of a kernel"),
+    ArgColumn("registers_per_thread", "registers per thread", "BIGINT", "kernel registers"),
+    ArgColumn("shared_memory_bytes", "shared memory", "BIGINT", "kernel shared memory"),
+    ArgColumn("queued", "queued", "BIGINT", "queued flag of a GPU op"),
+    ArgColumn("blocks_per_sm", "blocks per SM", "DOUBLE", "kernel blocks per SM"),
+    ArgColumn("warps_per_sm", "warps per SM", "DOUBLE", "kernel warps per SM"),
+    ArgColumn("est_occupancy_pct", "est. achieved occupancy %", "DOUBLE", "estimated occupancy"),
+    ArgColumn("bytes", "bytes", "BIGINT", "bytes moved by a memcpy/memset"),
+    ArgColumn("memory_bw_gbps", "memory bandwidth (GB/s)", "DOUBLE", "memcpy/memset bandwidth"),
+    # communication metadata (record_param_comms and NCCL kernels)
+    ArgColumn("coll_name", "Collective name", "VARCHAR", "collective op name"),
+    ArgColumn("coll_dtype", "dtype", "VARCHAR", "collective element type"),
+    ArgColumn("in_msg_nelems", "In msg nelems", "BIGINT", "input element count"),
+    ArgColumn("out_msg_nelems", "Out msg nelems", "BIGINT", "output element count"),
+    ArgColumn("in_split_size", "In split size", "VARCHAR", "JSON input splits"),
+    ArgColumn("out_split_size", "Out split size", "VARCHAR", "JSON output splits"),
+    ArgColumn("global_rank_start", "Global rank start", "BIGINT", "first global rank of the group"),
+    ArgColumn("global_rank_stride", "Global rank stride", "BIGINT", "stride of global ranks"),
+    ArgColumn("group_size", "Group size", "BIGINT", "process group size"),
+    ArgColumn("pg_name", "Process Group Name", "VARCHAR", "process group name"),
+    ArgColumn("pg_desc", "Process Group Description", "VARCHAR", "process group description"),
+    ArgColumn("pg_ranks", "Process Group Ranks", "VARCHAR", "JSON list of the group's ranks"),
+    ArgColumn("coll_rank", "Rank", "BIGINT", "rank recorded on the collective"),
+    ArgColumn("seq", "Seq", "BIGINT", "collective sequence number in its group"),
+    ArgColumn("comms_id", "Comms Id", "VARCHAR", "cross-rank collective id (2026 builds)"),
+    # [memory] instant events
+    ArgColumn("mem_addr", "Addr", "BIGINT", "allocation address"),
+    ArgColumn("mem_bytes", "Bytes", "BIGINT", "allocation size (negative = free)"),
+    ArgColumn("mem_total_allocated", "Total Allocated", "BIGINT", "allocated bytes after the event"),
+    ArgColumn("mem_total_reserved", "Total Reserved", "BIGINT", "reserved bytes after the event"),
+    ArgColumn("mem_device_type", "Device Type", "BIGINT", "0 = CPU, 1 = CUDA"),
+    ArgColumn("mem_device_id", "Device Id", "BIGINT", "device index"),
+)
+
+# events: one row per trace event, every phase (X, i, C, s/f/t, M, ...).
+EVENT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("event_id", "BIGINT", "index of the event in its file's traceEvents (stable id)"),
+    ("ph", "VARCHAR", "phase: X complete, i instant, C counter, s/f flow, M metadata, ..."),
+    ("cat", "VARCHAR", "category (cpu_op, kernel, cuda_runtime, ...); NULL when absent"),
+    ("name", "VARCHAR", "event name"),
+    ("pid", "BIGINT", "process id (device index for GPU events); NULL when not an integer"),
+    ("tid", "BIGINT", "thread id (stream for GPU events); NULL when not an integer"),
+    ("pid_label", "VARCHAR", "pid when the trace gives a string"),
+    ("tid_label", "VARCHAR", "tid when the trace gives a string"),
+    ("ts_ns", "BIGINT", "start, absolute ns on the trace clock; NULL when absent"),
+    ("dur_ns", "BIGINT", "duration in ns (X events); NULL otherwise"),
+    ("flow_id", "BIGINT", "event id (flows); NULL when absent or not an integer"),
+    ("flow_id_label", "VARCHAR", "event id when the trace gives a string"),
+    ("bp", "VARCHAR", "flow binding point"),
+    ("scope", "VARCHAR", "instant event scope (s)"),
+) + tuple((a.column, a.sql_type, a.doc) for a in ARG_COLUMNS) + (
+    ("args_json", "VARCHAR", "the complete args object as compact JSON; NULL when absent"),
+)
+
+# Other tables (one file per source trace, hive-partitioned by rank).
+RANK_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("world_size", "BIGINT", "world size from distributedInfo (NULL when unknown)"),
+    ("backend", "VARCHAR", "process group backend (nccl, gloo, ...)"),
+    ("rank_source", "VARCHAR", "where the rank came from: distributedInfo, filename, order, option"),
+    ("hostname", "VARCHAR", "host name when the trace records it"),
+    ("device_names", "VARCHAR", "JSON list of GPU names from deviceProperties"),
+    ("source_file", "VARCHAR", "trace file, relative to the trace directory"),
+    ("time_style", "VARCHAR", "relative (baseTimeNanoseconds + ts) or absolute (epoch us)"),
+    ("base_time_ns", "BIGINT", "baseTimeNanoseconds, NULL for old-style traces"),
+    ("clock_offset_ns", "BIGINT", "correction added to align this rank's clock (0 = none)"),
+    ("event_count", "BIGINT", "events stored"),
+    ("lost_event_count", "BIGINT", "events lost to truncation"),
+    ("first_ts_ns", "BIGINT", "earliest event start"),
+    ("last_end_ns", "BIGINT", "latest event end"),
+    ("distributed_info_json", "VARCHAR", "distributedInfo as JSON (process groups, ...)"),
+    ("device_properties_json", "VARCHAR", "deviceProperties as JSON"),
+    ("trace_metadata_json", "VARCHAR", "every other top-level key of the trace as JSON"),
+    ("warnings_json", "VARCHAR", "JSON list of warnings raised while ingesting"),
+)
+
+STEP_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("step", "BIGINT", "N of ProfilerStep#N"),
+    ("name", "VARCHAR", "annotation name"),
+    ("ts_ns", "BIGINT", "CPU start of the step"),
+    ("dur_ns", "BIGINT", "CPU duration of the step"),
+    ("end_ns", "BIGINT", "CPU end of the step"),
+    ("pid", "BIGINT", "process of the annotation"),
+    ("tid", "BIGINT", "thread of the annotation"),
+    ("gpu_start_ns", "BIGINT", "first start of a GPU op launched in the step (NULL: none)"),
+    ("gpu_end_ns", "BIGINT", "last end of a GPU op launched in the step (NULL: none)"),
+    ("is_last", "BOOLEAN", "last step of the trace (often cut short by the profiler)"),
+)
+
+FLOW_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("cat", "VARCHAR", "flow category: ac2g (launch -> GPU op), fwdbwd, ..."),
+    ("flow_id", "BIGINT", "flow id (correlation for ac2g)"),
+    ("flow_id_label", "VARCHAR", "flow id when not an integer"),
+    ("start_event_id", "BIGINT", "event_id of the flow start (s)"),
+    ("start_ts_ns", "BIGINT", "flow start time"),
+    ("start_pid", "BIGINT", "flow start process"),
+    ("start_tid", "BIGINT", "flow start thread"),
+    ("end_event_id", "BIGINT", "event_id of the flow end (f)"),
+    ("end_ts_ns", "BIGINT", "flow end time"),
+    ("end_pid", "BIGINT", "flow end process"),
+    ("end_tid", "BIGINT", "flow end thread"),
+)
+
+MEMORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("event_id", "BIGINT", "event_id of the [memory] event"),
+    ("ts_ns", "BIGINT", "time of the allocation or free"),
+    ("pid", "BIGINT", "process"),
+    ("tid", "BIGINT", "thread"),
+    ("addr", "BIGINT", "address"),
+    ("bytes", "BIGINT", "size; negative for a free"),
+    ("total_allocated", "BIGINT", "allocated bytes after the event"),
+    ("total_reserved", "BIGINT", "reserved bytes after the event"),
+    ("device_type", "BIGINT", "0 = CPU, 1 = CUDA"),
+    ("device_id", "BIGINT", "device index (-1 = CPU)"),
+)
+
+# Tables written per source file; each file of a table lives under
+# <store>/<table>/rank=<R>/<file-key>-<generation>.parquet
+TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "events": EVENT_COLUMNS,
+    "ranks": RANK_COLUMNS,
+    "steps": STEP_COLUMNS,
+    "flows": FLOW_COLUMNS,
+    "memory": MEMORY_COLUMNS,
+}

@@ -1,0 +1,59 @@
+-- Public views over the store's tables. Private helpers start with "_".
+-- All times are int64 ns on the trace clock; durations are *_ns.
+
+-- ranks: one row per rank (source trace). Columns: see store/schema.py RANK_COLUMNS, plus
+--   rank  the global rank
+CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks;
+
+-- events: every trace event of every rank (X, i, C, s/f, M ...). Columns: schema.py EVENT_COLUMNS, plus
+--   rank    the global rank
+--   end_ns  ts_ns + dur_ns (ts_ns for events without duration)
+CREATE OR REPLACE VIEW events AS SELECT *, ts_ns + coalesce(dur_ns, 0) AS end_ns FROM _events;
+
+-- steps: ProfilerStep#N annotations per rank (schema.py STEP_COLUMNS, plus rank).
+CREATE OR REPLACE VIEW steps AS SELECT * FROM _steps;
+
+-- flows: s/f flow pairs per rank (ac2g = launch -> GPU op; fwdbwd = forward -> backward).
+CREATE OR REPLACE VIEW flows AS SELECT * FROM _flows;
+
+-- memory: [memory] instant events (allocations and frees) per rank.
+CREATE OR REPLACE VIEW memory AS SELECT * FROM _memory;
+
+-- _cpu_step: the step whose CPU span holds a CPU-side timestamp (one row per rank/step).
+CREATE OR REPLACE VIEW _step_spans AS SELECT rank, step, ts_ns AS step_start_ns, end_ns AS step_end_ns FROM _steps;
+
+-- runtime: CUDA/HIP runtime and driver calls (launches, memcpy calls, syncs), with
+--   step  ProfilerStep#N that the call falls in (NULL outside every step)
+CREATE OR REPLACE VIEW runtime AS
+SELECT e.*, CASE WHEN e.ts_ns < s.step_end_ns THEN s.step END AS step
+FROM (SELECT * FROM events WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver')) e
+ASOF LEFT JOIN _step_spans s ON e.rank = s.rank AND e.ts_ns >= s.step_start_ns;
+
+-- cpu_ops: operators recorded on CPU threads (cat cpu_op), with
+--   step  ProfilerStep#N that the op starts in (NULL outside every step)
+CREATE OR REPLACE VIEW cpu_ops AS
+SELECT e.*, CASE WHEN e.ts_ns < s.step_end_ns THEN s.step END AS step
+FROM (SELECT * FROM events WHERE ph = 'X' AND cat = 'cpu_op') e
+ASOF LEFT JOIN _step_spans s ON e.rank = s.rank AND e.ts_ns >= s.step_start_ns;
+
+-- _launch: one launching runtime call per (rank, correlation)
+CREATE OR REPLACE VIEW _launch AS
+SELECT rank, correlation, min(ts_ns) AS launch_ts_ns, arg_min(dur_ns, ts_ns) AS launch_dur_ns,
+       arg_min(name, ts_ns) AS launch_name, arg_min(tid, ts_ns) AS launch_tid, arg_min(step, ts_ns) AS step
+FROM runtime WHERE correlation IS NOT NULL GROUP BY rank, correlation;
+
+-- gpu_ops: kernels, memcpys and memsets on GPU streams, with
+--   kind            kernel | memcpy | memset
+--   launch_ts_ns    start of the runtime call that launched the op (NULL: not found)
+--   launch_dur_ns   duration of that call
+--   launch_name     name of that call (cudaLaunchKernel, ...)
+--   launch_tid      CPU thread of that call
+--   step            ProfilerStep#N of the launching call
+CREATE OR REPLACE VIEW gpu_ops AS
+SELECT e.*, CASE e.cat WHEN 'kernel' THEN 'kernel' WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind,
+       l.launch_ts_ns, l.launch_dur_ns, l.launch_name, l.launch_tid, l.step
+FROM (SELECT * FROM events WHERE ph = 'X' AND cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')) e
+LEFT JOIN _launch l ON e.rank = l.rank AND e.correlation = l.correlation;
+
+-- kernels: gpu_ops of kind kernel (same columns).
+CREATE OR REPLACE VIEW kernels AS SELECT * FROM gpu_ops WHERE kind = 'kernel';
