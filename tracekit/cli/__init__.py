@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .capture import demo_train_cmd, record_cmd, testbed_group
 from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
 
@@ -24,6 +25,9 @@ def cli():
 cli.add_command(ingest_cmd)
 cli.add_command(info_cmd)
 cli.add_command(query_cmd)
+cli.add_command(record_cmd)
+cli.add_command(demo_train_cmd)
+cli.add_command(testbed_group)
 
 
 def main() -> None:

@@ -1,0 +1,231 @@
+"""A multi-host testbed on one Linux machine: network namespaces as hosts, shaped veth links.
+
+Each host is a network namespace with one interface `tk0` and address 10.233.0.<i+1>/24. Two hosts
+are joined by one veth pair; more hosts hang off a bridge in a switch namespace. Every link end is
+shaped with a token-bucket filter (`tc qdisc ... tbf rate R`), so a host sends and receives at
+most R. Programs run inside a host with `ip netns exec`; gloo is told to use `tk0` through
+GLOO_SOCKET_IFNAME. The traffic never leaves these namespaces.
+
+Needs root and iproute2. `unavailable_reason()` says why it cannot run here; create and teardown
+are idempotent, a failed create tears down what it made, and namespace names carry a per-process
+prefix so that parallel runs do not collide.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+
+from .errors import TracekitError
+
+IFNAME = "tk0"
+SUBNET = "10.233.0"
+PREFIX_LEN = 24
+# Enough burst for 64 KiB GSO segments at every rate used here; tbf drops packets above the burst.
+MIN_BURST_BYTES = 64 * 1024
+QUEUE_LATENCY_MS = 100
+
+
+class TestbedError(TracekitError):
+    """The testbed cannot be created or used here (not root, no iproute2, a command failed)."""
+
+    __test__ = False  # pytest: not a test class despite the name
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    index: int
+    netns: str
+    ip: str
+    ifname: str = IFNAME
+    rate_mbit: float | None = None
+
+    def exec_argv(self, argv: list[str]) -> list[str]:
+        """argv that runs `argv` inside this host."""
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def env(self) -> dict[str, str]:
+        """Environment that makes gloo (and NCCL's socket transport) use the testbed link, and
+        names the host in run.json (namespaces share the machine's hostname)."""
+        return {"TRACEKIT_HOST_LABEL": self.netns, "GLOO_SOCKET_IFNAME": self.ifname, "NCCL_SOCKET_IFNAME": self.ifname, "TP_SOCKET_IFNAME": self.ifname}
+
+
+def unavailable_reason() -> str | None:
+    """Why a testbed cannot be built here, or None when it can."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "the testbed needs root (network namespaces and tc)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"the testbed needs iproute2 ('{tool}' not found; apt-get install iproute2)"
+    try:
+        probe = f"tk-probe-{os.getpid()}"
+        _run(["ip", "netns", "add", probe])
+        _run(["ip", "netns", "del", probe])
+    except TestbedError as e:
+        return f"network namespaces are not usable here: {e}"
+    return None
+
+
+def link_rates(hosts: int, rate_mbit: float | None, host_rates_mbit: dict[int, float] | None = None) -> list[float | None]:
+    """Per-host link rate: `rate_mbit` everywhere, overridden per host (a slow link)."""
+    rates: list[float | None] = [rate_mbit] * hosts
+    for h, r in (host_rates_mbit or {}).items():
+        if not 0 <= h < hosts:
+            raise TestbedError(f"slow link on host {h}, but the testbed has hosts 0..{hosts - 1}")
+        rates[h] = r
+    for r in rates:
+        if r is not None and r <= 0:
+            raise TestbedError(f"link rate must be positive, got {r} Mbit/s")
+    return rates
+
+
+class Testbed:
+    """`hosts` namespaces joined by links of `rate_mbit` (None: unshaped). Use as a context manager."""
+
+    __test__ = False  # pytest: not a test class despite the name
+
+    def __init__(self, hosts: int = 2, rate_mbit: float | None = None, *,
+                 host_rates_mbit: dict[int, float] | None = None, prefix: str | None = None):
+        if hosts < 2:
+            raise TestbedError(f"a testbed needs at least 2 hosts, got {hosts}")
+        if hosts > 250:
+            raise TestbedError(f"at most 250 hosts fit in {SUBNET}.0/{PREFIX_LEN}, got {hosts}")
+        self.prefix = prefix or f"tk-{os.getpid()}-"
+        rates = link_rates(hosts, rate_mbit, host_rates_mbit)
+        self.hosts = [Host(i, f"{self.prefix}h{i}", f"{SUBNET}.{i + 1}", IFNAME, rates[i]) for i in range(hosts)]
+        self.switch_netns = f"{self.prefix}sw" if hosts > 2 else None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "Testbed":
+        self.create()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
+    def create(self) -> "Testbed":
+        """Build (or rebuild) the namespaces, links, addresses and shaping. Idempotent."""
+        reason = unavailable_reason()
+        if reason:
+            raise TestbedError(reason)
+        self.teardown()  # a leftover from a crashed run with the same prefix is replaced
+        try:
+            for h in self.hosts:
+                _run(["ip", "netns", "add", h.netns])
+                _run(["ip", "-n", h.netns, "link", "set", "lo", "up"])
+            if self.switch_netns is None:
+                a, b = self.hosts
+                _run(["ip", "link", "add", "name", IFNAME, "netns", a.netns, "type", "veth",
+                      "peer", "name", IFNAME, "netns", b.netns])
+            else:
+                sw = self.switch_netns
+                _run(["ip", "netns", "add", sw])
+                _run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+                _run(["ip", "-n", sw, "link", "set", "br0", "up"])
+                for h in self.hosts:
+                    port = f"p{h.index}"
+                    _run(["ip", "link", "add", "name", port, "netns", sw, "type", "veth",
+                          "peer", "name", IFNAME, "netns", h.netns])
+                    _run(["ip", "-n", sw, "link", "set", port, "master", "br0"])
+                    _run(["ip", "-n", sw, "link", "set", port, "up"])
+            for h in self.hosts:
+                _run(["ip", "-n", h.netns, "addr", "add", f"{h.ip}/{PREFIX_LEN}", "dev", IFNAME])
+                _run(["ip", "-n", h.netns, "link", "set", IFNAME, "up"])
+            self._shape_all()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def teardown(self) -> None:
+        """Delete every namespace of this testbed (their veths go with them). Idempotent."""
+        existing = set(list_namespaces(self.prefix))
+        for ns in [h.netns for h in self.hosts] + ([self.switch_netns] if self.switch_netns else []):
+            if ns in existing:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+    # ---- shaping -------------------------------------------------------------------------------
+    def shape(self, rate_mbit: float | None, host_rates_mbit: dict[int, float] | None = None) -> None:
+        """Change the link rates of a live testbed."""
+        rates = link_rates(len(self.hosts), rate_mbit, host_rates_mbit)
+        self.hosts = [dataclasses.replace(h, rate_mbit=r) for h, r in zip(self.hosts, rates)]
+        self._shape_all()
+
+    def _shape_all(self) -> None:
+        if self.switch_netns is None:
+            a, b = self.hosts
+            # On a direct pair each end's egress is the other's ingress: the slower rate rules both.
+            r = _min_rate(a.rate_mbit, b.rate_mbit)
+            _set_rate(a.netns, IFNAME, r)
+            _set_rate(b.netns, IFNAME, r)
+            return
+        for h in self.hosts:
+            # Both directions of a host's link: the host's egress, and the switch port's egress.
+            _set_rate(h.netns, IFNAME, h.rate_mbit)
+            _set_rate(self.switch_netns, f"p{h.index}", h.rate_mbit)
+
+    # ---- running programs ------------------------------------------------------------------
+    def popen(self, host: int, argv: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+        h = self.hosts[host]
+        full_env = {**os.environ, **h.env(), **(env or {})}
+        return subprocess.Popen(h.exec_argv(argv), env=full_env, **kw)
+
+    def describe(self) -> dict:
+        return {"hosts": len(self.hosts), "topology": "veth pair" if self.switch_netns is None else "bridge",
+                "shaping": "tc tbf per link end",
+                "links": [{"host": h.index, "netns": h.netns, "ip": h.ip, "ifname": h.ifname,
+                           "rate_mbit": h.rate_mbit} for h in self.hosts]}
+
+
+def list_namespaces(prefix: str = "tk-") -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [n for n in names if n.startswith(prefix)]
+
+
+def cleanup_stale(include_live: bool = False) -> list[str]:
+    """Delete `tk-<pid>-*` namespaces whose creating process is gone (or all of them)."""
+    removed = []
+    for ns in list_namespaces("tk-"):
+        parts = ns.split("-")
+        pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+        if include_live or pid is None or not _pid_alive(pid):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+            removed.append(ns)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _set_rate(netns: str, dev: str, rate_mbit: float | None) -> None:
+    if rate_mbit is None:
+        subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", dev, "root"],
+                       capture_output=True, check=False)
+        return
+    rate_bps = rate_mbit * 1e6
+    burst = max(MIN_BURST_BYTES, int(rate_bps / 8 / 1000))  # >= 1 ms of traffic
+    _run(["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bps)}bit",
+          "burst", str(burst), "latency", f"{QUEUE_LATENCY_MS}ms"])
+
+
+def _min_rate(a: float | None, b: float | None) -> float | None:
+    rates = [r for r in (a, b) if r is not None]
+    return min(rates) if rates else None
+
+
+def _run(argv: list[str]) -> None:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise TestbedError(f"'{argv[0]}' not found; the testbed needs iproute2") from None
+    if p.returncode != 0:
+        raise TestbedError(f"`{' '.join(argv)}` failed: {p.stderr.strip() or p.returncode}")
