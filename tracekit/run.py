@@ -60,6 +60,12 @@ class Run:
     def ranks(self) -> list[int]:
         return self.store.ranks
 
+    def analyze(self, name: str, **params):
+        """Run analysis NAME (see `tracekit analyze --list`) on this run; returns a DataFrame."""
+        from analyses.registry import run_analysis
+
+        return run_analysis(self, name, **params)
+
     def info(self) -> dict:
         from .info import run_info
 

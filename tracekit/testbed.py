@@ -48,7 +48,7 @@ class Host:
     def env(self) -> dict[str, str]:
         """Environment that makes gloo (and NCCL's socket transport) use the testbed link, and
         names the host in run.json (namespaces share the machine's hostname)."""
-        return {"TRACEKIT_HOST_LABEL": self.netns, "GLOO_SOCKET_IFNAME": self.ifname, "NCCL_SOCKET_IFNAME": self.ifname, "TP_SOCKET_IFNAME": self.ifname}
+        return {"TRACEKIT_HOST_LABEL": f"testbed-h{self.index}", "GLOO_SOCKET_IFNAME": self.ifname, "NCCL_SOCKET_IFNAME": self.ifname, "TP_SOCKET_IFNAME": self.ifname}
 
 
 def unavailable_reason() -> str | None:

@@ -5,6 +5,7 @@ import click
 
 from .. import __version__
 from .capture import demo_train_cmd, record_cmd, testbed_group
+from .analyze import analyze_cmd
 from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
 
@@ -25,6 +26,7 @@ def cli():
 cli.add_command(ingest_cmd)
 cli.add_command(info_cmd)
 cli.add_command(query_cmd)
+cli.add_command(analyze_cmd)
 cli.add_command(record_cmd)
 cli.add_command(demo_train_cmd)
 cli.add_command(testbed_group)

@@ -65,22 +65,33 @@ def _typed_sql() -> str:
     ns below 2^42 us; larger fractional ones (old-style absolute times) come
     exactly from the text through the `ts_text` table, see _exact_ts.
     """
-    seen: set[str] = set()
-    spec: dict[str, str] = {}
+    groups: dict[str, dict[str, str]] = {}
     cols = []
     for a in ARG_COLUMNS:
-        if a.key.lower() in seen:
+        spec = groups.setdefault(a.group, {})
+        if a.key.lower() in {k.lower() for k in spec}:
             cols.append(f"TRY_CAST(json_extract_string(args, '$.\"{a.key}\"') AS {a.sql_type}) AS {a.column}")
             continue
-        seen.add(a.key.lower())
         spec[a.key] = a.sql_type
-        cols.append(f'_a."{a.key}" AS {a.column}')
-    struct = msgspec.json.encode(spec).decode().replace("'", "''")
+        cols.append(f'_{a.group}."{a.key}" AS {a.column}')
+    # Each group of args is parsed only from the events that can carry it: the
+    # cost of json_transform grows with the number of keys it looks for.
+    when = {
+        "common": "ph <> 'M' AND name IS DISTINCT FROM '[memory]'",
+        "gpu": "cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')",
+        "comm": "(contains(args::VARCHAR, '\"Collective name\"') OR contains(args::VARCHAR, '\"Process Group'))",
+        "memory": "name = '[memory]'",
+    }
+    transforms = ",\n        ".join(
+        f"CASE WHEN {when[g]} THEN json_transform(args, '{msgspec.json.encode(spec).decode()}') END AS _{g}"
+        for g, spec in groups.items())
     # pid/tid/id are integers except in a few events (Kineto's "Spans" rows):
     # read as text, keep the integer when there is one, else the label.
     columns = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
                "dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', s: 'VARCHAR', args: 'JSON'}")
-    label = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT) IS NULL THEN {c} END"  # noqa: E731
+    # (a strict digit test: TRY_CAST would also read '0x1f' and ' 7' as integers)
+    as_int = lambda c: f"CASE WHEN regexp_full_match({c}, '-?[0-9]{{1,18}}') THEN CAST({c} AS BIGINT) END"  # noqa: E731
+    label = lambda c: f"CASE WHEN NOT regexp_full_match({c}, '-?[0-9]{{1,18}}') THEN {c} END"  # noqa: E731
     # whole microseconds are exact as doubles up to 2^53: scale them as integers
     us_to_ns = lambda c: (f"CASE WHEN NOT abs({c}) < 9.2e15 THEN NULL "  # beyond int64 ns (or NaN)  # noqa: E731
                           f"WHEN {c} = trunc({c}) THEN TRY_CAST({c} AS BIGINT) * 1000 "
@@ -90,13 +101,15 @@ def _typed_sql() -> str:
       SELECT row_number() OVER () - 1 + $first_id AS event_id, *
       FROM read_json($path, format = 'array', columns = {columns}, maximum_object_size = $max_object)),
     b AS (
-      SELECT *, json_transform(args, '{struct}') AS _a FROM r)
+      SELECT *,
+        {transforms}
+      FROM r)
     SELECT event_id, ph, cat, name,
-      TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid,
+      {as_int("pid")} AS pid, {as_int("tid")} AS tid,
       {label("pid")} AS pid_label, {label("tid")} AS tid_label,
       {us_to_ns("ts")} + $base AS ts_ns,
       {us_to_ns("dur")} AS dur_ns,
-      TRY_CAST(id AS BIGINT) AS flow_id, {label("id")} AS flow_id_label,
+      {as_int("id")} AS flow_id, {label("id")} AS flow_id_label,
       bp, s AS scope,
       {", ".join(cols)},
       args::VARCHAR AS args_json
@@ -165,8 +178,9 @@ def _prefetch(batches, depth: int = 1):
 def _connect():
     import duckdb
 
-    # both cores; a cap so that one huge chunk cannot take the machine
-    return duckdb.connect(config={"threads": 2, "memory_limit": "1GB"})
+    # One thread: the reader thread uses the other core, and DuckDB's per-thread
+    # buffers would double the peak memory for no gain on one small chunk.
+    return duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
 
 
 def _scratch_dir(stage_dir: str) -> str:
@@ -202,14 +216,13 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
     os.close(fd)
     base = None
     try:
-        for text, n in _prefetch(stream.batches()):
+        for text, first_id, _n in _prefetch(stream.batches()):
             if base is None:
                 base = _int(stream.head_metadata.get("baseTimeNanoseconds")) or 0
-            first_id = stream.event_count - n
             with open(scratch, "wb") as f:
                 f.write(text)
-            target = os.path.join(stage_dir, f"events-{len(parts):05d}.parquet")
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
+            target = os.path.join(stage_dir, f"events-{len(parts):06d}.parquet")
             try:
                 _write_events(con, params, text, target)
             except duckdb.Error as e:
@@ -217,8 +230,8 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
                     raise
                 params["max_object"] = len(text) + 1  # one event over 16 MB: rare, costs memory
                 _write_events(con, params, text, target)
-            del text
             parts.append(target)
+            del text
         if not parts:
             raise TraceFileError(path, "traceEvents is empty: the profiler recorded nothing; check the "
                                        "profiler schedule (wait/warmup/active) and that profiling ran")
@@ -256,10 +269,15 @@ _CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in EVENT_COLUMNS
 
 
 def _write_events(con, params: dict, text: bytes, target: str) -> None:
-    rel = con.sql(_TYPED_SQL, params=params)
     if _BIG_FRACTIONAL_TS.search(text):
-        rel = _exact_ts(con, text, params["first_id"], params["base"], rel)
-    con.sql(f"SELECT {_CAST_EVENTS} FROM rel").write_parquet(target, compression="zstd")
+        rel = _exact_ts(con, text, params["first_id"], params["base"], con.sql(_TYPED_SQL, params=params))
+        con.sql(f"SELECT {_CAST_EVENTS} FROM rel").write_parquet(target, compression="zstd")
+        return
+    # COPY through execute: a third of the per-chunk overhead of the relational API
+    # (the paths are our own temp files, quoted)
+    sql = _TYPED_SQL.replace("$path", f"'{_q(params['path'])}'")
+    con.execute(f"COPY (SELECT {_CAST_EVENTS} FROM ({sql})) TO '{_q(target)}' (FORMAT parquet, COMPRESSION zstd)",
+                {k: v for k, v in params.items() if k != "path"})
 
 
 def _list_sql(paths: list[str]) -> str:

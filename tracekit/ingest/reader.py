@@ -23,7 +23,7 @@ import msgspec
 
 from ..errors import NotATraceError, TraceFileError
 
-CHUNK_BYTES = 8 << 20  # decompressed bytes per batch (bounded memory)
+CHUNK_BYTES = 2 << 20  # decompressed bytes per batch: peak memory scales with it
 _READ_BYTES = 1 << 20
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
@@ -74,7 +74,8 @@ class TraceStream:
                     break
                 while block:
                     try:
-                        out = d.decompress(block)
+                        # bounded output: a 1 MB gzip block can hold 50 MB of JSON
+                        out = d.decompress(block, _READ_BYTES)
                     except zlib.error as e:
                         raise TraceFileError(
                             self.path,
@@ -89,7 +90,7 @@ class TraceStream:
                         else:
                             block = b""
                     else:
-                        block = b""
+                        block = d.unconsumed_tail
             if not d.eof:
                 tail = d.flush()
                 if tail:
@@ -98,11 +99,11 @@ class TraceStream:
                 self.warnings.append("gzip stream ends early (file cut short)")
 
     # -- events -------------------------------------------------------------
-    def batches(self) -> Iterator[tuple[bytes, int]]:
-        """Yield (b"[...]", n): JSON arrays of consecutive complete events.
+    def batches(self) -> Iterator[tuple[bytes, int, int]]:
+        """Yield (b"[...]", first, n): JSON arrays of consecutive complete events.
 
-        Each array has been checked to be complete, valid JSON; `n` is its
-        number of events and `event_count` the running total.
+        Each array has been checked to be complete, valid JSON; `first` is the
+        index of its first event in traceEvents, `n` its number of events.
         """
         decode = _SPLIT.decode
         blocks = self._blocks()
@@ -152,24 +153,27 @@ class TraceStream:
                 fill(len(buf) - pos + self.chunk_bytes)
             if eof:
                 break
-            cut = self._cut(buf, pos, decode)
-            if cut is None:  # one event larger than the chunk: read more
-                fill(len(buf) + self.chunk_bytes)
-                continue
-            events, nxt = cut
-            yield events
-            buf = buf[nxt:]
+            # as many chunk-sized runs as the buffer holds, then read more
+            while len(buf) - pos >= self.chunk_bytes:
+                cut = self._cut(buf, pos, decode, pos + self.chunk_bytes) or self._cut(buf, pos, decode)
+                if cut is None:  # one event larger than what we hold: read more
+                    fill(len(buf) + self.chunk_bytes)
+                    if eof:
+                        break
+                    continue
+                events, pos = cut
+                yield events
+            buf = buf[pos:]
             pos = 0
 
         # end of file: cut whole batches, then find the array's end or salvage
-        rest = buf[pos:]
-        while len(rest) > (1 << 16):
-            cut = self._cut(rest, 0, decode)
+        while len(buf) - pos > self.chunk_bytes:
+            cut = self._cut(buf, pos, decode, pos + self.chunk_bytes) or self._cut(buf, pos, decode)
             if cut is None:
                 break
-            events, nxt = cut
+            events, pos = cut
             yield events
-            rest = rest[nxt:]
+        rest = buf[pos:]
         yield from self._finish(rest, decode, array_format)
 
     def _decode_object(self, text: bytes, what: str) -> dict:
@@ -188,14 +192,15 @@ class TraceStream:
             raise TraceFileError(self.path, f"not valid JSON ({e})") from None
         raise NotATraceError(self.path, "valid JSON but has no traceEvents array (not a Kineto trace)")
 
-    def _run(self, decode: Callable[[bytes], list], segment: bytes) -> tuple[bytes, int]:
+    def _run(self, decode: Callable[[bytes], list], segment: bytes) -> tuple[bytes, int, int]:
         text = b"[" + segment + b"]"
         try:
             n = len(decode(text))
         except msgspec.ValidationError as e:
             raise TraceFileError(self.path, self._where(str(e))) from None
+        first = self.event_count
         self.event_count += n
-        return text, n
+        return text, first, n
 
     def _where(self, msg: str) -> str:
         m = re.search(r"`\$\[(\d+)\]([^`]*)`", msg)
@@ -206,10 +211,10 @@ class TraceStream:
         what = msg.split(" - at ")[0]
         return f"traceEvents[{index}] field '{field}': {what}; fix or drop that event"
 
-    def _cut(self, buf: bytes, pos: int, decode) -> tuple[tuple[bytes, int], int] | None:
+    def _cut(self, buf: bytes, pos: int, decode, limit: int | None = None) -> tuple[tuple[bytes, int, int], int] | None:
         """Decode the longest run of complete events starting at pos that ends
-        before the last `},{` boundary; return (events, start of next event)."""
-        hi = len(buf)
+        at the last `},{` boundary before limit; return (events, start of next event)."""
+        hi = len(buf) if limit is None else min(limit, len(buf))
         for _ in range(_MAX_CUT_TRIES):
             j = buf.rfind(b"}", pos, hi)
             if j < 0:
@@ -230,7 +235,7 @@ class TraceStream:
             hi = j
         return None
 
-    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int]]:
+    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int, int]]:
         # complete file: the array's closing bracket followed by valid metadata
         hi = len(rest)
         tries = 0
@@ -257,19 +262,19 @@ class TraceStream:
             tries += 1
             segment = rest[:q].strip(_WS)
             try:
-                events = self._run(decode, segment) if segment else (b"[]", 0)
+                events = self._run(decode, segment) if segment else (b"[]", self.event_count, 0)
             except msgspec.DecodeError as e:
                 if not _decode_error(e):
                     raise
                 continue
             for key, value in tail_meta.items():
                 self.metadata.setdefault(key, value)
-            if events[1]:
+            if events[2]:
                 yield events
             return
         yield from self._salvage(rest, decode, array_format)
 
-    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int]]:
+    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int, int]]:
         """The array never closes: keep every complete event, count the rest."""
         self.truncated = True
         hi = len(rest)
@@ -285,7 +290,7 @@ class TraceStream:
                     raise
                 continue
             self._lost(rest[j + 1:], array_format)
-            if events[1]:
+            if events[2]:
                 yield events
             return
         self._lost(rest, array_format)

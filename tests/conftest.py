@@ -1,0 +1,93 @@
+"""Shared fixtures: paths to the real traces in ../shared, tiny traces built in code."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+
+
+def shared_trace_dir(rel: str) -> Path:
+    """A directory under ../shared/traces, or skip the test when it is absent."""
+    p = SHARED_TRACES / rel
+    if not p.exists():
+        pytest.skip(f"{p} not present (the shared traces live beside the repo, not in it)")
+    return p
+
+
+@pytest.fixture
+def shared():
+    return shared_trace_dir
+
+
+def write_trace(path: Path, events: list[dict], *, rank: int | None = 0, world_size: int = 1,
+                base_ns: int | None = None, extra: dict | None = None, gz: bool | None = None,
+                info_after: bool = True) -> Path:
+    """Write a Kineto-shaped trace. distributedInfo goes after traceEvents as
+    torch.profiler writes it (info_after) or before it."""
+    doc: dict = {"schemaVersion": 1, "deviceProperties": [], "displayTimeUnit": "ms"}
+    if base_ns is not None:
+        doc["baseTimeNanoseconds"] = base_ns
+    if extra:
+        doc.update(extra)
+    info = {"backend": "gloo", "rank": rank, "world_size": world_size} if rank is not None else None
+    if info and not info_after:
+        doc["distributedInfo"] = info
+    doc["traceEvents"] = events
+    if info and info_after:
+        doc["distributedInfo"] = info
+    doc["traceName"] = str(path)
+    text = json.dumps(doc, indent=2).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if gz if gz is not None else str(path).endswith(".gz"):
+        path.write_bytes(gzip.compress(text))
+    else:
+        path.write_bytes(text)
+    return path
+
+
+def tiny_events(n_steps: int = 2, t0_us: float = 1000.0) -> list[dict]:
+    """A small but complete GPU-style trace: steps, ops, launches, kernels, flows, memory, metadata."""
+    ev: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": 100, "tid": 7, "args": {"name": "thread 7 (python)"}},
+    ]
+    t = t0_us
+    corr = 1
+    for s in range(n_steps):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 100, "tid": 7,
+                   "ts": t, "dur": 100.0, "args": {"External id": 1000 + s}})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100, "tid": 7, "ts": t + 10, "dur": 20.5,
+                   "args": {"External id": 10 + s, "Input Dims": [[4, 4], [4, 4]], "Input type": ["float", "float"],
+                            "Sequence number": s, "Record function id": 0}})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 7, "ts": t + 12,
+                   "dur": 5, "args": {"External id": 10 + s, "cbid": 211, "correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": t + 20, "dur": 30,
+                   "args": {"External id": 10 + s, "device": 0, "stream": 7, "correlation": corr,
+                            "grid": [1, 2, 3], "block": [128, 1, 1], "registers per thread": 32}})
+        ev.append({"ph": "s", "id": corr, "pid": 100, "tid": 7, "ts": t + 12, "cat": "ac2g", "name": "ac2g"})
+        ev.append({"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": t + 20, "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        ev.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": 7, "ts": t + 11,
+                   "s": "t", "args": {"Addr": 4096 * (s + 1), "Bytes": 64, "Total Allocated": 64 * (s + 1),
+                                      "Total Reserved": 2048, "Device Type": 1, "Device Id": 0}})
+        ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+                   "ts": t + 60, "dur": 4, "args": {"device": 0, "stream": 7, "correlation": corr + 1,
+                                                    "bytes": 1024, "memory bandwidth (GB/s)": 0.256}})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 100, "tid": 7, "ts": t + 40,
+                   "dur": 3, "args": {"cbid": 41, "correlation": corr + 1}})
+        corr += 2
+        t += 200
+    return ev
+
+
+@pytest.fixture
+def tiny_dir(tmp_path) -> Path:
+    d = tmp_path / "run"
+    write_trace(d / "rank0.trace.json.gz", tiny_events(), rank=0, world_size=2)
+    write_trace(d / "rank1.trace.json", tiny_events(t0_us=1005.0), rank=1, world_size=2)
+    return d
