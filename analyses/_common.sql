@@ -1,0 +1,44 @@
+-- Shared private helpers for the analyses, installed as TEMP macros on the
+-- connection before each analysis runs (analyses/_sql.py `prepare`). They need
+-- the TEMP table _kernel_rules(priority, kernel_class, pattern) that `prepare`
+-- writes from analyses/kernel_classes.py, so the classification lives in one place.
+
+-- _kernel_class_of_name: one row per distinct GPU op name with the class of the
+-- first rule (lowest priority) whose pattern matches it; names no rule matches
+-- are absent (compute).
+CREATE OR REPLACE TEMP VIEW _kernel_class_of_name AS
+SELECT n.name, arg_min(r.kernel_class, r.priority) AS kernel_class, min(r.priority) AS rule_index
+FROM (SELECT DISTINCT name FROM gpu_ops) n
+JOIN _kernel_rules r ON regexp_matches(n.name, r.pattern)
+GROUP BY n.name;
+
+-- _gpu_ops_in_scope(p_rank, p_step, p_drop_last): gpu_ops (kernels, memcpys,
+-- memsets) of one rank / one step (NULL = all), plus kernel_class. With
+-- p_drop_last, keep only ops launched before the last ProfilerStep began on
+-- ranks with at least two steps: HolisticTraceAnalysis's default scope (it
+-- drops the last, often truncated, step and every op without a launch).
+CREATE OR REPLACE TEMP MACRO _gpu_ops_in_scope(p_rank, p_step, p_drop_last) AS TABLE
+WITH _last AS (SELECT rank, max(ts_ns) AS last_step_ts_ns, count(*) AS n_steps FROM steps GROUP BY rank)
+SELECT g.*,
+       CASE WHEN g.kind <> 'kernel' THEN 'memory' ELSE coalesce(c.kernel_class, 'compute') END AS kernel_class
+FROM gpu_ops g
+LEFT JOIN _kernel_class_of_name c ON c.name = g.name
+LEFT JOIN _last l ON l.rank = g.rank
+WHERE (p_rank IS NULL OR g.rank = p_rank)
+  AND (p_step IS NULL OR g.step = p_step)
+  AND (NOT p_drop_last OR coalesce(l.n_steps, 0) < 2 OR g.launch_ts_ns < l.last_step_ts_ns);
+
+-- _cpu_work_in_scope(p_rank, p_step): CPU operators and user annotations (not
+-- the ProfilerStep annotations themselves) with their step and a class:
+-- communication for c10d / gloo / nccl / record_param_comms, compute otherwise.
+-- The CPU-side stand-in for GPU kernels on traces without GPU activity.
+CREATE OR REPLACE TEMP MACRO _cpu_work_in_scope(p_rank, p_step) AS TABLE
+SELECT * FROM (
+  SELECT e.rank, CASE WHEN e.ts_ns < s.end_ns THEN s.step END AS step, e.tid, e.name, e.cat, e.ts_ns, e.dur_ns, e.end_ns,
+         CASE WHEN regexp_matches(e.name, '^(c10d::|gloo:|nccl:|record_param_comms|ProcessGroup)') THEN 'communication'
+              ELSE 'compute' END AS kernel_class
+  FROM (SELECT * FROM events WHERE ph = 'X' AND cat IN ('cpu_op', 'user_annotation')
+        AND dur_ns > 0 AND NOT starts_with(name, 'ProfilerStep#')) e
+  ASOF LEFT JOIN steps s ON e.rank = s.rank AND e.ts_ns >= s.ts_ns
+)
+WHERE (p_rank IS NULL OR rank = p_rank) AND (p_step IS NULL OR step = p_step);

@@ -1,0 +1,95 @@
+"""Running an analysis's .sql file: load it, read its documented columns, bind
+only the parameters it names, and install the shared helpers (_common.sql and
+the kernel rules) on the connection first."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from tracekit.errors import TracekitError
+
+from .kernel_classes import resolve_rules
+
+NO_GPU = "no GPU activity in this trace"
+_PARAM = re.compile(r"\$([A-Za-z_]\w*)")
+_COLUMN_DOC = re.compile(r"^--\s*@column\s+(\w+)\s+(.+)$")
+
+
+@lru_cache(maxsize=None)
+def sql_text(name: str) -> str:
+    # a file next to this module, not importlib.resources: editable installs expose this
+    # package as a namespace package, which resources cannot read
+    return Path(__file__).with_name(f"{name}.sql").read_text(encoding="utf-8")
+
+
+def documented_columns(name: str) -> dict[str, str]:
+    """`-- @column NAME doc` lines of an analysis's .sql file, in order."""
+    out = {}
+    for line in sql_text(name).splitlines():
+        m = _COLUMN_DOC.match(line.strip())
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def description(name: str) -> str:
+    """The first line of the .sql header comment."""
+    for line in sql_text(name).splitlines():
+        line = line.strip()
+        if line.startswith("--") and line.strip("- "):
+            return line.lstrip("- ").strip()
+    return ""
+
+
+def prepare(run, rules=None, replace_default_rules: bool = False) -> None:
+    """(Re)write the kernel rules table and the shared macros on run's connection."""
+    resolved = resolve_rules(rules, replace_default_rules)
+    run.sql("CREATE OR REPLACE TEMP TABLE _kernel_rules (priority INTEGER, kernel_class VARCHAR, pattern VARCHAR)")
+    if resolved:
+        values = ", ".join(["(?, ?, ?)"] * len(resolved))
+        flat = [v for i, (cls, pat) in enumerate(resolved) for v in (i, cls, pat)]
+        run.sql(f"INSERT INTO _kernel_rules VALUES {values}", flat)
+    for stmt in _statements(sql_text("_common")):
+        run.sql(stmt)
+
+
+def _statements(text: str) -> list[str]:
+    """Split on ';' at line ends (the .sql files keep one statement per ';\\n')."""
+    body = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
+    return [s.strip() for s in re.split(r";\s*\n", body + "\n") if s.strip()]
+
+
+def query(run, name: str, **params):
+    """Run analyses/<name>.sql with the parameters it names ($param), bound by DuckDB."""
+    text = sql_text(name)
+    wanted = dict.fromkeys(_PARAM.findall(text))
+    missing = [p for p in wanted if p not in params]
+    if missing:
+        raise TypeError(f"{name}.sql needs parameters {missing}")
+    return run.sql(text, {p: params[p] for p in wanted})
+
+
+def check_scope(run, rank=None, step=None) -> None:
+    """A rank or step the trace does not have is the user's error, named by its option."""
+    if rank is not None:
+        ranks = [int(r) for r in run.sql("SELECT DISTINCT rank FROM ranks ORDER BY rank")["rank"]]
+        if int(rank) not in ranks:
+            raise TracekitError(f"--rank {rank}: not in this trace (ranks: {', '.join(map(str, ranks)) or 'none'})")
+    if step is not None:
+        steps = [int(s) for s in run.sql(
+            "SELECT DISTINCT step FROM steps WHERE $rank IS NULL OR rank = $rank ORDER BY step",
+            {"rank": rank})["step"]]
+        if int(step) not in steps:
+            where = f" on rank {rank}" if rank is not None else ""
+            raise TracekitError(f"--step {step}: not in this trace{where} (steps: {', '.join(map(str, steps)) or 'none'})")
+
+
+def has_gpu_ops(run, rank=None) -> bool:
+    return bool(run.sql("SELECT count(*) AS n FROM gpu_ops WHERE $rank IS NULL OR rank = $rank",
+                        {"rank": rank})["n"].iloc[0])
+
+
+def with_note(df, note: str):
+    df.attrs["note"] = note
+    return df
