@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Regenerate sample_traces/ with tracekit's own demo trainer (real gloo DDP runs on CPU).
+# Needs: pip install 'tracekit[capture]'; the testbed sets (c) and (d) also need root and iproute2.
+# Usage: scripts/make_samples.sh [OUT_DIR]   (default: sample_traces)
+# Step times are measured, so a rerun gives the same shape of results, not the same numbers.
+set -euo pipefail
+out="${1:-sample_traces}"
+mkdir -p "$out"
+
+# One small model for every set, so the sets compare: ~0.53 M params = 2.1 MB of fp32 gradients
+# per step, enough to make the 100 Mbit/s links the bottleneck.
+model=(--d-model 128 --layers 2 --vocab 512 --seq-len 32 --batch-size 8 --steps 3 --warmup 1 --timed-steps 6)
+
+# (a) 4-rank DDP on loopback.
+tracekit demo-train --out "$out/ddp4_loopback" --ranks 4 "${model[@]}"
+# (b) 3-rank DDP, rank 1 sleeps 40 ms per step in data loading (a straggler).
+tracekit demo-train --out "$out/ddp3_slow_rank1" --ranks 3 --slow-rank 1 --slow-ms 40 "${model[@]}"
+# (c) the same 2-host DDP job (one rank per host) at two link rates: replay what-if ground truth.
+for rate in 100 400; do
+  tracekit demo-train --out "$out/ddp2_2hosts_${rate}mbit" --ranks 2 --hosts 2 --link-rate-mbit "$rate" "${model[@]}"
+done
+# (d) the same job on 2 and 4 hosts (a bridge joins the 4), communication-bound at 100 Mbit/s.
+tracekit demo-train --out "$out/ddp4_4hosts_100mbit" --ranks 4 --hosts 4 --link-rate-mbit 100 "${model[@]}"
+
+# Ingest must find every rank; the store itself is not bundled.
+for d in "$out"/*/; do
+  tracekit ingest "$d" --store "$(mktemp -d)/store" --quiet
+done
+du -sh "$out"
