@@ -224,20 +224,20 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
             target = os.path.join(stage_dir, f"events-{len(parts):06d}.parquet")
             try:
-                _write_events(con, params, text, target)
+                try:
+                    _write_events(con, params, text, target)
+                except duckdb.Error as e:
+                    if "maximum_object_size" not in str(e):
+                        raise
+                    params["max_object"] = len(text) + 1  # one event over 16 MB: rare, costs memory
+                    _write_events(con, params, text, target)
             except duckdb.Error as e:
-                if "maximum_object_size" not in str(e):
-                    raise
-                params["max_object"] = len(text) + 1  # one event over 16 MB: rare, costs memory
-                _write_events(con, params, text, target)
+                raise TraceFileError(path, _event_error(str(e), first_id)) from None
             parts.append(target)
             del text
         if not parts:
             raise TraceFileError(path, "traceEvents is empty: the profiler recorded nothing; check the "
                                        "profiler schedule (wait/warmup/active) and that profiling ran")
-    except duckdb.Error as e:
-        msg = str(e).split("\n")[0]
-        raise TraceFileError(path, f"events could not be read ({msg}); each event must be a JSON object") from None
     except MemoryError:
         raise TraceFileError(path, "ran out of memory reading one event; is an event gigabytes long?") from None
     finally:
@@ -278,6 +278,17 @@ def _write_events(con, params: dict, text: bytes, target: str) -> None:
     sql = _TYPED_SQL.replace("$path", f"'{_q(params['path'])}'")
     con.execute(f"COPY (SELECT {_CAST_EVENTS} FROM ({sql})) TO '{_q(target)}' (FORMAT parquet, COMPRESSION zstd)",
                 {k: v for k, v in params.items() if k != "path"})
+
+
+def _event_error(message: str, first_id: int) -> str:
+    """DuckDB's message about a chunk -> which event of the trace, and what to do."""
+    first_line = message.splitlines()[0] if message else "unreadable events"
+    m = re.search(r"record/value (\d+): (.*)", first_line)
+    if m:
+        return (f"traceEvents[{first_id + int(m.group(1)) - 1}]: {m.group(2)}; each event must be a JSON object "
+                "whose ts and dur are numbers: fix or drop that event")
+    m = re.search(r"(?:Error|Exception): (.*)", first_line)
+    return f"events could not be read ({(m.group(1) if m else first_line)}); each event must be a JSON object"
 
 
 def _list_sql(paths: list[str]) -> str:

@@ -1,0 +1,148 @@
+"""CLI: every command through click's CliRunner, including the error paths."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tracekit import __version__
+from tracekit.cli import cli
+
+from .conftest import tiny_events, write_trace
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def _all_commands(group: click.Group, prefix=()):
+    for name, cmd in group.commands.items():
+        yield prefix + (name,), cmd
+        if isinstance(cmd, click.Group):
+            yield from _all_commands(cmd, prefix + (name,))
+
+
+def test_every_command_has_help_with_an_example(runner):
+    for path, cmd in _all_commands(cli):
+        r = runner.invoke(cli, [*path, "--help"])
+        assert r.exit_code == 0, path
+        assert cmd.help and "Example" in r.output, f"tracekit {' '.join(path)} --help has no example"
+
+
+def test_version(runner):
+    r = runner.invoke(cli, ["--version"])
+    assert r.exit_code == 0 and __version__ in r.output
+
+
+def test_ingest_info_query(runner, tiny_dir, tmp_path):
+    store = str(tmp_path / "s")
+    r = runner.invoke(cli, ["ingest", str(tiny_dir), "--store", store])
+    assert r.exit_code == 0, r.output
+    assert "ingested 2 file(s), 0 unchanged" in r.output
+    r = runner.invoke(cli, ["ingest", str(tiny_dir), "--store", store])
+    assert "ingested 0 file(s), 2 unchanged" in r.output
+    r = runner.invoke(cli, ["info", str(tiny_dir), "--store", store])
+    assert r.exit_code == 0, r.output
+    assert "ranks:      0-1 (2 of world size 2)" in r.output
+    assert "steps:      2" in r.output
+    r = runner.invoke(cli, ["info", str(tiny_dir), "--store", store, "--format", "json"])
+    info = json.loads(r.output)
+    assert info["ranks"] == [0, 1] and info["world_size"] == 2 and info["per_rank"][0]["kernels"] == 2
+    q = "SELECT rank, count(*) AS n FROM kernels GROUP BY rank ORDER BY rank"
+    r = runner.invoke(cli, ["query", str(tiny_dir), q, "--store", store, "--format", "json"])
+    assert json.loads(r.output) == [{"rank": 0, "n": 2}, {"rank": 1, "n": 2}]
+    r = runner.invoke(cli, ["query", str(tiny_dir), q, "--store", store, "--format", "csv"])
+    assert r.output.splitlines() == ["rank,n", "0,2", "1,2"]
+    r = runner.invoke(cli, ["query", str(tiny_dir), q, "--store", store])
+    assert r.output.splitlines()[0].split() == ["rank", "n"] and r.output.splitlines()[2].split() == ["0", "2"]
+
+
+def test_default_store_inside_trace_dir(runner, tiny_dir):
+    r = runner.invoke(cli, ["query", str(tiny_dir), "SELECT count(*) AS n FROM ranks", "--format", "csv"])
+    assert r.exit_code == 0 and r.output.splitlines() == ["n", "2"]
+    assert (tiny_dir / ".tracekit" / "manifest.json").exists()
+
+
+def _bad(runner, tmp_path, name: str, content: bytes, *extra):
+    d = tmp_path / "bad"
+    d.mkdir(exist_ok=True)
+    (d / name).write_bytes(content)
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), *extra])
+    return r
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("rank0.json", b"hello, not json", "not JSON"),
+    ("rank0.json.gz", b"\x1f\x8b\x08\x00garbage-garbage-garbage", "gzip data is corrupt"),
+    ("rank0.json", b'{"traceEvents": []}', "traceEvents is empty"),
+    ("rank0.json", b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": "x"}]}', "rank0.json"),
+    ("rank0.json", b'{"traceEvents": [{"ph": "X", "name": "a", "ts": "soon", "dur": 1}]}', 'traceEvents[0]: Failed to cast value to numerical: "soon"'),
+    ("rank0.json", b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1}]}', "numeric 'ts' and 'dur'"),
+    ("rank0.json", b'{"traceEvents": [1, 2, 3]}', "rank0.json"),
+    ("rank0.json", b"", "empty"),
+    ("rank0.json", b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}', None),  # truncated: salvaged
+])
+def test_bad_input_one_clear_line_exit_2(runner, tmp_path, name, content, message):
+    r = _bad(runner, tmp_path, name, content)
+    if message is None:
+        assert r.exit_code == 0, r.output
+        return
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    assert name in r.output and message in r.output
+    assert len([line for line in r.output.splitlines() if line.strip()]) == 1
+
+
+def test_gzip_crc_error(runner, tmp_path):
+    blob = bytearray(gzip.compress(json.dumps({"traceEvents": tiny_events(1)}).encode()))
+    blob[-8] ^= 0xFF  # the CRC32 of the trailer
+    r = _bad(runner, tmp_path, "rank0.json.gz", bytes(blob))
+    assert r.exit_code == 2 and "gzip data is corrupt" in r.output and "rank0.json.gz" in r.output
+
+
+def test_directory_without_traces(runner, tmp_path):
+    d = tmp_path / "empty"
+    d.mkdir()
+    (d / "run.json").write_text('{"world_size": 2}')
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 2 and "no Kineto traces found" in r.output and "run.json" in r.output
+    r = runner.invoke(cli, ["ingest", str(tmp_path / "missing")])
+    assert r.exit_code == 2
+
+
+def test_rank_errors_name_the_option(runner, tmp_path):
+    d = tmp_path / "t"
+    write_trace(d / "trace.json", tiny_events(1), rank=None)
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 2 and "--rank-from" in r.output and "trace.json" in r.output
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", "sideways"])
+    assert r.exit_code == 2 and "--rank-from" in r.output
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", r"regex:trace()"])
+    assert r.exit_code == 2 and "regex" in r.output
+    write_trace(d / "trace.json", tiny_events(1), rank=None)
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", "order"])
+    assert r.exit_code == 0, r.output
+
+
+def test_query_errors(runner, tiny_dir, tmp_path):
+    store = str(tmp_path / "s")
+    r = runner.invoke(cli, ["query", str(tiny_dir), "SELEC nonsense", "--store", store])
+    assert r.exit_code == 2 and "query failed" in r.output and "Traceback" not in r.output
+    r = runner.invoke(cli, ["query", str(tiny_dir), "SELECT * FROM read_text('/etc/passwd')", "--store", store])
+    assert r.exit_code == 2 and "root:" not in r.output
+    r = runner.invoke(cli, ["query", str(tiny_dir), "SELECT count(*) AS n FROM read_text('/etc/hostname')",
+                            "--store", store, "--allow-external-access", "--format", "csv"])
+    assert r.exit_code == 0 and r.output.splitlines() == ["n", "1"]
+
+
+def test_truncated_trace_warns_with_count(runner, tmp_path):
+    d = tmp_path / "t"
+    p = write_trace(d / "rank0.json", tiny_events(3), rank=0)
+    p.write_bytes(p.read_bytes()[:-400])
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0
+    assert "warning: rank0.json: file cut short" in r.output and "lost 1 incomplete event" in r.output
