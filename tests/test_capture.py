@@ -158,3 +158,30 @@ def test_two_rank_gloo_capture_ingests_with_manifest_and_flight_recorder(tmp_pat
     assert steps["n"].tolist() == [2, 2]
     n_allreduce = run_.sql("SELECT count(*) AS n FROM cpu_ops WHERE name = 'c10d::allreduce_'")["n"][0]
     assert n_allreduce >= 4  # at least one bucket per profiled step per rank
+
+
+@pytest.mark.slow
+def test_record_gathers_a_torchrun_job(tmp_path):
+    _torch()
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch, torch.distributed as dist, tracekit.capture
+        prof = tracekit.capture.profile(steps=2, warmup=1, parallel={"dp": 2})
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
+        with prof:
+            for _ in range(4):
+                model(torch.randn(4, 32)).sum().backward()
+                prof.step()
+        dist.destroy_process_group()
+    """))
+    from tracekit.capture.demo import _free_port
+
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["record", "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run",
+                                 "--nproc-per-node", "2", "--master-port", str(_free_port()), str(script)])
+    assert r.exit_code == 0, r.output
+    with open(out / "run.json") as f:
+        doc = json.load(f)
+    assert doc["world_size"] == 2 and doc["parallel"] == {"dp": 2}
+    assert {f"rank{r}.trace.json.gz" for r in (0, 1)} <= set(os.listdir(out))

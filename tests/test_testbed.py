@@ -65,3 +65,20 @@ def test_shaped_allreduce_runs_at_the_configured_rate():
     median_s = times_ns[1] / 1e9
     model_s = ring_allreduce_model_s(nbytes, 2, rate_mbit)
     assert abs(median_s - model_s) / model_s <= 0.25, (median_s, model_s)
+
+
+@pytest.mark.slow
+def test_demo_job_on_a_bridged_testbed_with_a_slow_link(tmp_path):
+    pytest.importorskip("torch", reason="the demo trainer needs torch (pip install 'tracekit[capture]')")
+    import tracekit
+    from tracekit.capture.demo import DemoConfig, run
+
+    doc = run(DemoConfig(out_dir=str(tmp_path / "tb"), ranks=3, hosts=3, link_rate_mbit=400, slow_link_host=2,
+                         slow_link_rate_mbit=50, steps=1, warmup=1, timed_steps=1, d_model=32, layers=1,
+                         vocab=128, seq_len=16, batch_size=4))
+    assert doc["hostnames"] == ["testbed-h0", "testbed-h1", "testbed-h2"]
+    assert [link["rate_mbit"] for link in doc["testbed"]["links"]] == [400, 400, 50]
+    assert doc["testbed"]["topology"] == "bridge"
+    assert all(r["net_ifname"] == "tk0" for r in doc["ranks"])
+    assert tracekit.open(str(tmp_path / "tb")).sql("SELECT count(*) AS n FROM ranks")["n"][0] == 3
+    assert [ns for ns in list_namespaces("tk-") if ns.startswith(f"tk-{os.getpid()}-")] == []
