@@ -14,9 +14,15 @@ from .comm_comp_overlap import comm_comp_overlap
 from .idle_time_breakdown import idle_time_breakdown
 from .kernel_breakdown import kernel_breakdown
 from .kernel_classes import DEFAULT_RULES, classify
+from .attribution import gpu_time_by_annotation, gpu_time_by_cpu_op, kernel_sequences
 from .kernel_classification import kernel_classification
+from .kernel_launch import kernel_launch_outliers, kernel_launch_stats
+from .memory import memory_bandwidth, memory_bandwidth_summary, memory_peak, memory_timeline
+from .queue_length import queue_length, queue_length_summary
 from .registry import REGISTRY, run_analysis as analyze
 from .temporal_breakdown import temporal_breakdown
 
 __all__ = ["REGISTRY", "analyze", "DEFAULT_RULES", "classify", "comm_comp_overlap", "idle_time_breakdown",
-           "kernel_breakdown", "kernel_classification", "temporal_breakdown"]
+           "kernel_breakdown", "kernel_classification", "temporal_breakdown", "gpu_time_by_annotation",
+           "gpu_time_by_cpu_op", "kernel_sequences", "kernel_launch_outliers", "kernel_launch_stats", "memory_bandwidth",
+           "memory_bandwidth_summary", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary"]

@@ -16,6 +16,21 @@ class Analysis:
     module: str  # analyses.<module> holds a function of the same name
     description: str
     needs_other_run: bool = False  # trace_diff compares two runs
+    sql: str = ""  # the .sql file documenting the columns, when not named like the analysis
+
+    @property
+    def sql_name(self) -> str:
+        return self.sql or self.name
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Documented output columns: the .sql file's @column lines, or the module's COLUMNS."""
+        from ._sql import documented_columns
+
+        try:
+            return documented_columns(self.sql_name)
+        except FileNotFoundError:
+            return dict(getattr(importlib.import_module(f"analyses.{self.module}"), "COLUMNS", {}))
 
     @property
     def func(self) -> Callable:
@@ -32,6 +47,17 @@ _ANALYSES = (
     Analysis("comm_comp_overlap", "comm_comp_overlap", "communication hidden under compute, and exposed communication"),
     Analysis("idle_time_breakdown", "idle_time_breakdown", "idle time per stream: host wait / kernel wait / other"),
     Analysis("kernel_breakdown", "kernel_breakdown", "count / total / mean / p50 / p95 / max per kernel name or class"),
+    Analysis("kernel_launch_stats", "kernel_launch", "launch delay and runtime-call duration per launch call"),
+    Analysis("kernel_launch_outliers", "kernel_launch", "GPU ops with a long launch delay, long call or short op"),
+    Analysis("queue_length", "queue_length", "launch queue length per stream over time"),
+    Analysis("queue_length_summary", "queue_length", "queue length per stream summarised; time on a full queue"),
+    Analysis("memory_bandwidth", "memory", "memcpy/memset bandwidth over time by direction"),
+    Analysis("memory_bandwidth_summary", "memory", "memcpy/memset bytes, time and bandwidth by direction"),
+    Analysis("memory_timeline", "memory", "allocated / reserved bytes over time from [memory] events"),
+    Analysis("memory_peak", "memory", "peak allocated / reserved bytes per device"),
+    Analysis("gpu_time_by_annotation", "attribution", "GPU time per innermost gpu_user_annotation"),
+    Analysis("gpu_time_by_cpu_op", "attribution", "GPU time per launching CPU op (innermost and top-level)"),
+    Analysis("kernel_sequences", "attribution", "most frequent kernel sequences under an operator"),
 )
 
 REGISTRY: dict[str, Analysis] = {a.name: a for a in _ANALYSES}

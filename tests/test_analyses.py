@@ -9,7 +9,6 @@ from click.testing import CliRunner
 
 import analyses
 import tracekit
-from analyses._sql import documented_columns
 from analyses.registry import REGISTRY
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
@@ -210,8 +209,8 @@ def test_every_output_column_is_documented(tiny, name):
         df = a.func(tiny, other=tiny)
     else:
         df = a.func(tiny)
-    documented = documented_columns(a.module)
-    assert documented, f"{a.module}.sql documents no column"
+    documented = a.columns
+    assert documented, f"{name} documents no column"
     assert list(df.columns) == list(documented), f"{name}: columns differ from its .sql documentation"
 
 
@@ -264,3 +263,49 @@ def test_cli_param_and_note(tiny, tiny_cpu):
 def test_analyze_help_has_example():
     out = CliRunner().invoke(cli, ["analyze", "--help"])
     assert out.exit_code == 0 and "Example:" in out.output
+
+
+def test_kernel_launch_stats_and_outliers(tiny):
+    # delays (op start - launch end): gemm_a 10-5=5, nccl 20-10=10, gemm_b 45-44=1, triton 100-64=36,
+    # rocclr 130-125=5 (cudaLaunchKernel); memcpy 56-52=4 (cudaMemcpyAsync)
+    df = analyses.kernel_launch_stats(tiny, launch_delay_cutoff_ns=20_000, runtime_cutoff_ns=4_500)
+    k = _row(df, launch_name="cudaLaunchKernel")
+    assert (k.op_count, k.launch_delay_max_ns, k.launch_delay_p50_ns) == (5, 36 * US, 5 * US)
+    assert k.launch_delay_mean_ns == pytest.approx(57 / 5 * US)
+    assert (k.long_launch_delay_count, k.long_runtime_call_count, k.short_op_long_launch_count) == (1, 1, 0)
+    assert _row(df, launch_name="cudaMemcpyAsync").launch_delay_max_ns == 4 * US
+    out = analyses.kernel_launch_outliers(tiny, launch_delay_cutoff_ns=20_000, runtime_cutoff_ns=4_500)
+    assert list(out.name) == ["triton_poi_fused_add_0", "__amd_rocclr_copyBuffer"]
+
+
+def test_queue_length(tiny):
+    # stream 7: launches at 1, 40, 50, 60, 120 and starts at 10, 45, 56, 100, 130: never more than one
+    # queued; queued for 9 + 5 + 6 + 40 + 10 = 70 of the 129 us between the first and last change
+    q = analyses.queue_length(tiny)
+    s7 = q[q.stream == 7]
+    assert list(s7.queue_length) == [1, 0] * 5
+    summary = _row(analyses.queue_length_summary(tiny), stream=7)
+    assert (summary.max_queue_length, summary.span_ns) == (1, 129 * US)
+    assert summary.mean_queue_length == pytest.approx(70 / 129)
+    assert _row(analyses.queue_length_summary(tiny, queue_limit=1), stream=7).full_queue_ns == 70 * US
+
+
+def test_memory_bandwidth_and_timeline(tiny, tiny_cpu):
+    s = _row(analyses.memory_bandwidth_summary(tiny), direction="DtoD")
+    assert (s.copy_count, s.total_ns) == (1, 4 * US)
+    series = analyses.memory_bandwidth(tiny)
+    assert list(series.in_flight) == [1, 0] and list(series.ts_ns.diff().dropna()) == [4 * US]
+    assert analyses.memory_timeline(tiny).attrs["note"].startswith("no [memory] events")
+
+
+def test_gpu_time_by_cpu_op_and_sequences(tiny):
+    df = analyses.gpu_time_by_cpu_op(tiny)
+    # aten::mm (External id 1, [0.5, 5.5)) launched gemm_a (20 us) and encloses its launch at 1 us
+    for level in ("innermost", "top"):
+        mm = _row(df, level=level, op_name="aten::mm")
+        assert (mm.kernel_count, mm.gpu_time_ns, mm.op_count) == (1, 20 * US, 1)
+        assert _row(df, level=level, op_name="(no op)").gpu_time_ns == 64 * US
+    seq = analyses.kernel_sequences(tiny, operator="aten::mm", length=1)
+    assert list(seq.sequence) == ["gemm_a"] and seq.occurrences.iloc[0] == 1
+    ann = analyses.gpu_time_by_annotation(tiny)
+    assert list(ann.annotation) == ["(unannotated)"] and ann.attrs["note"].startswith("no gpu_user_annotation")

@@ -1,0 +1,16 @@
+-- Memory timeline: allocated and reserved bytes over time from the [memory] instant events.
+--
+-- One row per allocation or free, per rank and device (the allocator's totals after the event).
+--
+-- @column rank             global rank
+-- @column device_type      0 = CPU, 1 = CUDA
+-- @column device_id        device index (-1 = CPU)
+-- @column ts_ns            time of the allocation or free, trace clock ns
+-- @column delta_bytes      bytes allocated (negative: freed)
+-- @column allocated_bytes  total allocated after the event, bytes
+-- @column reserved_bytes   total reserved by the caching allocator after the event, bytes
+SELECT rank, device_type, device_id, ts_ns, bytes AS delta_bytes, total_allocated AS allocated_bytes,
+       total_reserved AS reserved_bytes
+FROM memory
+WHERE ($rank IS NULL OR rank = $rank)
+ORDER BY rank, device_type, device_id, ts_ns, event_id
