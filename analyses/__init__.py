@@ -21,8 +21,9 @@ from .memory import memory_bandwidth, memory_bandwidth_summary, memory_peak, mem
 from .queue_length import queue_length, queue_length_summary
 from .registry import REGISTRY, run_analysis as analyze
 from .temporal_breakdown import temporal_breakdown
+from .trace_diff import trace_diff
 
 __all__ = ["REGISTRY", "analyze", "DEFAULT_RULES", "classify", "comm_comp_overlap", "idle_time_breakdown",
            "kernel_breakdown", "kernel_classification", "temporal_breakdown", "gpu_time_by_annotation",
            "gpu_time_by_cpu_op", "kernel_sequences", "kernel_launch_outliers", "kernel_launch_stats", "memory_bandwidth",
-           "memory_bandwidth_summary", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary"]
+           "memory_bandwidth_summary", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary", "trace_diff"]

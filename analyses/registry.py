@@ -58,6 +58,8 @@ _ANALYSES = (
     Analysis("gpu_time_by_annotation", "attribution", "GPU time per innermost gpu_user_annotation"),
     Analysis("gpu_time_by_cpu_op", "attribution", "GPU time per launching CPU op (innermost and top-level)"),
     Analysis("kernel_sequences", "attribution", "most frequent kernel sequences under an operator"),
+    Analysis("trace_diff", "trace_diff", "ops and kernels added, removed, slower, faster against --against",
+             needs_other_run=True),
 )
 
 REGISTRY: dict[str, Analysis] = {a.name: a for a in _ANALYSES}

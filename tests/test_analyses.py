@@ -309,3 +309,22 @@ def test_gpu_time_by_cpu_op_and_sequences(tiny):
     assert list(seq.sequence) == ["gemm_a"] and seq.occurrences.iloc[0] == 1
     ann = analyses.gpu_time_by_annotation(tiny)
     assert list(ann.annotation) == ["(unannotated)"] and ann.attrs["note"].startswith("no gpu_user_annotation")
+
+
+def test_trace_diff(tiny, tmp_path):
+    # the other run: gemm_b twice as long (10 -> 20 us), the rocclr copy gone, a new kernel
+    events = [e for e in GPU_EVENTS if e["name"] != "__amd_rocclr_copyBuffer"]
+    events = [dict(e, dur=20) if e["name"] == "gemm_b" else e for e in events] + [_gpu(9, "new_kernel", 150, 3)]
+    other = tracekit.open(_write(tmp_path / "other", events), store=str(tmp_path / "store"))
+    df = analyses.trace_diff(tiny, other)
+    gemm_b = _row(df, name="gemm_b")
+    assert (gemm_b.status, gemm_b.total_delta_ns, gemm_b.mean_change_pct) == ("slower", 10 * US, 100.0)
+    assert _row(df, name="__amd_rocclr_copyBuffer").status == "removed"
+    assert _row(df, name="new_kernel").status == "added"
+    assert _row(df, name="gemm_a").status == "same"
+    assert df.name.iloc[0] in ("gemm_b", "__amd_rocclr_copyBuffer")  # largest |delta| (10 us) first
+    out = CliRunner().invoke(cli, ["analyze", "trace_diff", tiny.trace_dir, "--store", tiny.store.path,
+                                   "--against", other.trace_dir, "--against-store", other.store.path,
+                                   "--format", "json"])
+    assert out.exit_code == 0, out.output
+    assert {r["name"]: r["status"] for r in json.loads(out.output)}["new_kernel"] == "added"
