@@ -8,21 +8,30 @@
 -- are absent (compute).
 CREATE OR REPLACE TEMP VIEW _kernel_class_of_name AS
 SELECT n.name, arg_min(r.kernel_class, r.priority) AS kernel_class, min(r.priority) AS rule_index
-FROM (SELECT DISTINCT name FROM gpu_ops) n
+FROM (SELECT DISTINCT name FROM events WHERE ph = 'X' AND cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')) n
 JOIN _kernel_rules r ON regexp_matches(n.name, r.pattern)
 GROUP BY n.name;
 
+-- _gpu_ops_classified: gpu_ops with kernel_class, materialised once per connection and rule set
+-- (the view joins launches to ops and classifying runs regexes: ~0.1 s on 20k ops, paid once).
+-- The store's views are bound to the files present at connect time, so this copy cannot go stale
+-- while the connection lives.
+CREATE OR REPLACE TEMP TABLE _gpu_ops_classified AS
+SELECT g.rank, g.event_id, g.cat, g.name, g.pid, g.tid, g.ts_ns, g.dur_ns, g.end_ns, g.correlation, g.external_id,
+       g.device, g.stream, g.bytes, g.memory_bw_gbps, g.kind, g.launch_ts_ns, g.launch_dur_ns, g.launch_name,
+       g.launch_tid, g.step,
+       CASE WHEN g.kind <> 'kernel' THEN 'memory' ELSE coalesce(c.kernel_class, 'compute') END AS kernel_class
+FROM gpu_ops g LEFT JOIN _kernel_class_of_name c ON c.name = g.name;
+
 -- _gpu_ops_in_scope(p_rank, p_step, p_drop_last): gpu_ops (kernels, memcpys,
--- memsets) of one rank / one step (NULL = all), plus kernel_class. With
+-- memsets) of one rank / one step (NULL = all), with kernel_class. With
 -- p_drop_last, keep only ops launched before the last ProfilerStep began on
 -- ranks with at least two steps: HolisticTraceAnalysis's default scope (it
 -- drops the last, often truncated, step and every op without a launch).
 CREATE OR REPLACE TEMP MACRO _gpu_ops_in_scope(p_rank, p_step, p_drop_last) AS TABLE
 WITH _last AS (SELECT rank, max(ts_ns) AS last_step_ts_ns, count(*) AS n_steps FROM steps GROUP BY rank)
-SELECT g.*,
-       CASE WHEN g.kind <> 'kernel' THEN 'memory' ELSE coalesce(c.kernel_class, 'compute') END AS kernel_class
-FROM gpu_ops g
-LEFT JOIN _kernel_class_of_name c ON c.name = g.name
+SELECT g.*
+FROM _gpu_ops_classified g
 LEFT JOIN _last l ON l.rank = g.rank
 WHERE (p_rank IS NULL OR g.rank = p_rank)
   AND (p_step IS NULL OR g.step = p_step)

@@ -45,6 +45,8 @@ def description(name: str) -> str:
 def prepare(run, rules=None, replace_default_rules: bool = False) -> None:
     """(Re)write the kernel rules table and the shared macros on run's connection."""
     resolved = resolve_rules(rules, replace_default_rules)
+    if _installed_rules(run) == resolved:
+        return
     run.sql("CREATE OR REPLACE TEMP TABLE _kernel_rules (priority INTEGER, kernel_class VARCHAR, pattern VARCHAR)")
     if resolved:
         values = ", ".join(["(?, ?, ?)"] * len(resolved))
@@ -52,6 +54,16 @@ def prepare(run, rules=None, replace_default_rules: bool = False) -> None:
         run.sql(f"INSERT INTO _kernel_rules VALUES {values}", flat)
     for stmt in _statements(sql_text("_common")):
         run.sql(stmt)
+
+
+def _installed_rules(run):
+    """The rules the connection's helpers were built with, or None before the first prepare."""
+    try:
+        df = run.sql("SELECT kernel_class, pattern FROM _kernel_rules ORDER BY priority")
+        run.sql("SELECT 1 FROM _gpu_ops_classified LIMIT 0")
+    except TracekitError:
+        return None
+    return list(zip(df.kernel_class, df.pattern))
 
 
 def _statements(text: str) -> list[str]:
@@ -86,10 +98,16 @@ def check_scope(run, rank=None, step=None) -> None:
 
 
 def has_gpu_ops(run, rank=None) -> bool:
-    return bool(run.sql("SELECT count(*) AS n FROM gpu_ops WHERE $rank IS NULL OR rank = $rank",
+    return bool(run.sql("SELECT count(*) AS n FROM _gpu_ops_classified WHERE $rank IS NULL OR rank = $rank",
                         {"rank": rank})["n"].iloc[0])
 
 
 def with_note(df, note: str):
     df.attrs["note"] = note
     return df
+
+
+def any_rank_without_gpu(run) -> bool:
+    """Whether the CPU fallback timeline is needed (lets the queries skip scanning CPU events)."""
+    return bool(run.sql("SELECT count(*) AS n FROM ranks WHERE rank NOT IN "
+                        "(SELECT DISTINCT rank FROM _gpu_ops_classified)")["n"].iloc[0])

@@ -1,7 +1,7 @@
 """Communication-computation overlap and exposed communication (analyses/comm_comp_overlap.sql)."""
 from __future__ import annotations
 
-from ._sql import check_scope, prepare, query
+from ._sql import any_rank_without_gpu, check_scope, prepare, query
 
 
 def comm_comp_overlap(run, rank: int | None = None, step: int | None = None, *, by_step: bool = False,
@@ -10,4 +10,4 @@ def comm_comp_overlap(run, rank: int | None = None, step: int | None = None, *, 
     check_scope(run, rank, step)
     prepare(run, rules)
     return query(run, "comm_comp_overlap", rank=rank, step=step, by_step=by_step or step is not None,
-                 drop_last_step=drop_last_step)
+                 drop_last_step=drop_last_step, cpu_fallback=any_rank_without_gpu(run))

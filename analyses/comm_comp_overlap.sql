@@ -21,7 +21,8 @@ WITH _iv AS (
   UNION ALL
   SELECT 'cpu', rank, CASE WHEN $by_step THEN step END, ts_ns, end_ns, kernel_class
   FROM _cpu_work_in_scope($rank, $step)
-  WHERE (NOT $by_step OR step IS NOT NULL) AND rank NOT IN (SELECT DISTINCT rank FROM gpu_ops)
+  WHERE $cpu_fallback AND (NOT $by_step OR step IS NOT NULL)
+    AND rank NOT IN (SELECT DISTINCT rank FROM _gpu_ops_classified)
 ),
 _groups AS (SELECT DISTINCT timeline, rank, step FROM _iv),
 _layers AS (SELECT kernel_class AS layer, * FROM _iv WHERE kernel_class IN ('communication', 'compute')),
@@ -39,13 +40,20 @@ _islands AS (
   SELECT layer, timeline, rank, step, island, min(ts_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS n
   FROM _numbered GROUP BY ALL
 ),
--- islands of one layer are disjoint, so the pairwise intersections of the two layers sum to the overlap
+-- sweep over island edges: +1/-1 for communication, +2/-2 for compute; state 3 = both running
+_edges AS (
+  SELECT timeline, rank, step, start_ns AS t, CASE layer WHEN 'communication' THEN 1 ELSE 2 END AS d FROM _islands
+  UNION ALL
+  SELECT timeline, rank, step, end_ns, CASE layer WHEN 'communication' THEN -1 ELSE -2 END FROM _islands
+),
+_sweep AS (
+  SELECT timeline, rank, step, t,
+         sum(d) OVER (PARTITION BY timeline, rank, step ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS state,
+         lead(t) OVER (PARTITION BY timeline, rank, step ORDER BY t, d) AS next_t
+  FROM _edges
+),
 _overlap AS (
-  SELECT c.timeline, c.rank, c.step, sum(least(c.end_ns, k.end_ns) - greatest(c.start_ns, k.start_ns)) AS overlap_ns
-  FROM _islands c JOIN _islands k
-    ON c.layer = 'communication' AND k.layer = 'compute' AND c.timeline = k.timeline AND c.rank = k.rank
-   AND c.step IS NOT DISTINCT FROM k.step AND k.start_ns < c.end_ns AND c.start_ns < k.end_ns
-  GROUP BY ALL
+  SELECT timeline, rank, step, sum(next_t - t) FILTER (WHERE state = 3) AS overlap_ns FROM _sweep GROUP BY ALL
 ),
 _sums AS (
   SELECT timeline, rank, step,

@@ -16,7 +16,8 @@ WITH _ops AS (
   FROM _gpu_ops_in_scope($rank, $step, $drop_last_step) WHERE dur_ns IS NOT NULL
 ),
 _cpu AS (
-  SELECT rank, tid, event_id, name, ts_ns, end_ns, external_id FROM cpu_ops WHERE $rank IS NULL OR rank = $rank
+  SELECT rank, tid, event_id, name, ts_ns, end_ns, external_id FROM events
+  WHERE ph = 'X' AND cat = 'cpu_op' AND ($rank IS NULL OR rank = $rank)
 ),
 _inner_op AS (SELECT rank, external_id, arg_max(event_id, ts_ns) AS event_id, arg_max(name, ts_ns) AS name
               FROM _cpu WHERE external_id IS NOT NULL GROUP BY rank, external_id),

@@ -12,7 +12,8 @@
 -- @column instance_count  operator instances it occurs in
 -- @column gpu_time_ns     summed durations of the kernels of every occurrence, ns
 WITH _cpu AS (
-  SELECT rank, tid, event_id, name, ts_ns, end_ns FROM cpu_ops WHERE $rank IS NULL OR rank = $rank
+  SELECT rank, tid, event_id, name, ts_ns, end_ns FROM events
+  WHERE ph = 'X' AND cat = 'cpu_op' AND ($rank IS NULL OR rank = $rank)
 ),
 _top_flag AS (
   SELECT *, coalesce(ts_ns >= max(end_ns) OVER (PARTITION BY rank, tid ORDER BY ts_ns, end_ns DESC

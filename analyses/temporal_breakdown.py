@@ -1,7 +1,7 @@
 """Temporal breakdown per rank / per step (analyses/temporal_breakdown.sql)."""
 from __future__ import annotations
 
-from ._sql import check_scope, prepare, query
+from ._sql import any_rank_without_gpu, check_scope, prepare, query
 
 
 def temporal_breakdown(run, rank: int | None = None, step: int | None = None, *, by_step: bool = False,
@@ -14,4 +14,4 @@ def temporal_breakdown(run, rank: int | None = None, step: int | None = None, *,
     check_scope(run, rank, step)
     prepare(run, rules)
     return query(run, "temporal_breakdown", rank=rank, step=step, by_step=by_step or step is not None,
-                 drop_last_step=drop_last_step)
+                 drop_last_step=drop_last_step, cpu_fallback=any_rank_without_gpu(run))

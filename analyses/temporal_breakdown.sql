@@ -28,7 +28,8 @@ WITH _iv AS (
   UNION ALL
   SELECT 'cpu', rank, CASE WHEN $by_step THEN step END, ts_ns, end_ns, kernel_class
   FROM _cpu_work_in_scope($rank, $step)
-  WHERE (NOT $by_step OR step IS NOT NULL) AND rank NOT IN (SELECT DISTINCT rank FROM gpu_ops)
+  WHERE $cpu_fallback AND (NOT $by_step OR step IS NOT NULL)
+    AND rank NOT IN (SELECT DISTINCT rank FROM _gpu_ops_classified)
 ),
 -- the 'all' layer holds every op, the 'compute' layer only compute ops; each is merged into islands
 _layers AS (
