@@ -44,8 +44,8 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, skip_bad, force, quiet):
         click.echo(f"store: {r.store_dir}")
         click.echo(f"ingested {len(r.ingested)} file(s), {len(r.unchanged)} unchanged, "
                    f"{len(r.removed)} removed, {len(r.skipped)} not a trace ({r.seconds:.2f} s)")
-        for source, why in r.skipped.items():
-            click.echo(f"  not a trace: {source} ({why})")
+        if r.skipped:
+            click.echo(f"not traces (skipped): {', '.join(sorted(r.skipped))}")
 
 
 @click.command("info")
@@ -96,8 +96,8 @@ def info_cmd(trace_dir, store, fmt):
     for src, ws_ in info["warnings"].items():
         for w in ws_:
             click.echo(f"warning: {src}: {w}")
-    for src, why in info["skipped"].items():
-        click.echo(f"not a trace: {src} ({why})")
+    if info["skipped"]:
+        click.echo(f"not traces (skipped): {', '.join(sorted(info['skipped']))}")
 
 
 def _ranges(ranks: list[int]) -> str:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import pyarrow as pa
 
 from ..errors import TraceFileError
 from ..store.schema import ARG_COLUMNS, EVENT_COLUMNS, TABLES
@@ -98,8 +97,8 @@ def _typed_sql() -> str:
                           f"ELSE TRY_CAST(round({c} * 1000) AS BIGINT) END")
     return f"""
     WITH r AS (
-      SELECT row_number() OVER () - 1 + $first_id AS event_id, *
-      FROM read_json($path, format = 'array', columns = {columns}, maximum_object_size = $max_object)),
+      SELECT ordinality - 1 + $first_id AS event_id, *
+      FROM read_json($path, format = 'array', columns = {columns}, maximum_object_size = $max_object) WITH ORDINALITY),
     b AS (
       SELECT *,
         {transforms}
@@ -130,6 +129,8 @@ _TS_DECODER = msgspec.json.Decoder(list[_TsOnly])
 
 def _exact_ts(con, text: bytes, first_id: int, base: int, rel: "duckdb.DuckDBPyRelation"):
     """Replace ts_ns with values parsed from the JSON text as exact decimals."""
+    import pyarrow as pa  # only here: importing pyarrow costs ~40 MB of RSS in every worker
+
     raws = [bytes(e.ts) for e in _TS_DECODER.decode(text)]
     ts_text = pa.table({"event_id": pa.array(range(first_id, first_id + len(raws)), pa.int64()),  # noqa: F841
                         "ts_raw": pa.array(raws, pa.binary()).cast(pa.string())})
@@ -175,12 +176,12 @@ def _prefetch(batches, depth: int = 1):
         t.join()
 
 
-def _connect():
+def _connect(threads: int = 1):
     import duckdb
 
-    # One thread: the reader thread uses the other core, and DuckDB's per-thread
-    # buffers would double the peak memory for no gain on one small chunk.
-    return duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
+    # A thread per converter: DuckDB reads one small JSON chunk on one thread,
+    # and more threads only add per-thread buffers.
+    return duckdb.connect(config={"threads": threads, "memory_limit": "1GB"})
 
 
 def _scratch_dir(stage_dir: str) -> str:
@@ -200,8 +201,16 @@ def _int(v: Any) -> int | None:
     return None
 
 
+_MAX_OBJECT = 16 << 20
+# DuckDB converters per file, beside the reader thread. Two use both cores on a
+# lone file but hold one more chunk (~30 MB); the process pool already fills
+# the cores when there are several files.
+CONVERTERS = 1
+
+
 def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "auto",
-                  forced_rank: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> FileResult:
+                  forced_rank: int | None = None, chunk_bytes: int = CHUNK_BYTES,
+                  converters: int = CONVERTERS) -> FileResult:
     """Read one Kineto trace and write its tables as Parquet under stage_dir.
 
     Raises TraceFileError (naming the file) on input that cannot be ingested.
@@ -210,19 +219,26 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
 
     os.makedirs(stage_dir, exist_ok=True)
     stream = TraceStream(path, chunk_bytes=chunk_bytes)
-    con = _connect()
+    # Converters: each a DuckDB connection (one thread) and its scratch file.
+    # Two run side by side with the reader thread; more would only add memory.
+    idle: queue.Queue = queue.Queue()
+    scratch_dir = _scratch_dir(stage_dir)
+    con = _connect(converters)  # one database: a second one costs ~30 MB
+    made = []
+    for _ in range(converters):
+        fd, scratch = tempfile.mkstemp(prefix="tracekit-", suffix=".json", dir=scratch_dir)
+        os.close(fd)
+        made.append((con.cursor(), scratch))
+        idle.put(made[-1])
     parts: list[str] = []
-    fd, scratch = tempfile.mkstemp(prefix="tracekit-", suffix=".json", dir=_scratch_dir(stage_dir))
-    os.close(fd)
     base = None
-    try:
-        for text, first_id, _n in _prefetch(stream.batches()):
-            if base is None:
-                base = _int(stream.head_metadata.get("baseTimeNanoseconds")) or 0
+
+    def convert(text: bytes, first_id: int, target: str) -> str:
+        con, scratch = idle.get()
+        try:
             with open(scratch, "wb") as f:
                 f.write(text)
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
-            target = os.path.join(stage_dir, f"events-{len(parts):06d}.parquet")
             try:
                 try:
                     _write_events(con, params, text, target)
@@ -233,15 +249,34 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
                     _write_events(con, params, text, target)
             except duckdb.Error as e:
                 raise TraceFileError(path, _event_error(str(e), first_id)) from None
-            parts.append(target)
-            del text
+            return target
+        finally:
+            idle.put((con, scratch))
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        with ThreadPoolExecutor(max_workers=converters, thread_name_prefix="tracekit-convert") as pool:
+            inflight = []
+            for text, first_id, _n in _prefetch(stream.batches()):
+                if base is None:
+                    base = _int(stream.head_metadata.get("baseTimeNanoseconds")) or 0
+                if len(inflight) >= converters:  # bounded: at most `converters` chunks in memory
+                    parts.append(inflight.pop(0).result())
+                target = os.path.join(stage_dir, f"events-{len(parts) + len(inflight):06d}.parquet")
+                inflight.append(pool.submit(convert, text, first_id, target))
+                del text
+            for fut in inflight:
+                parts.append(fut.result())
         if not parts:
             raise TraceFileError(path, "traceEvents is empty: the profiler recorded nothing; check the "
                                        "profiler schedule (wait/warmup/active) and that profiling ran")
     except MemoryError:
         raise TraceFileError(path, "ran out of memory reading one event; is an event gigabytes long?") from None
     finally:
-        os.unlink(scratch)
+        for c, scratch in made:
+            c.close()
+            os.unlink(scratch)
 
     meta = stream.metadata
     events = f"read_parquet({_list_sql(parts)})"
