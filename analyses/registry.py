@@ -17,6 +17,7 @@ class Analysis:
     description: str
     needs_other_run: bool = False  # trace_diff compares two runs
     sql: str = ""  # the .sql file documenting the columns, when not named like the analysis
+    columns_attr: str = "COLUMNS"  # Python-only analyses: the module's table of documented columns
 
     @property
     def sql_name(self) -> str:
@@ -30,7 +31,7 @@ class Analysis:
         try:
             return documented_columns(self.sql_name)
         except FileNotFoundError:
-            return dict(getattr(importlib.import_module(f"analyses.{self.module}"), "COLUMNS", {}))
+            return dict(getattr(importlib.import_module(f"analyses.{self.module}"), self.columns_attr, {}))
 
     @property
     def func(self) -> Callable:
@@ -58,6 +59,9 @@ _ANALYSES = (
     Analysis("gpu_time_by_annotation", "attribution", "GPU time per innermost gpu_user_annotation"),
     Analysis("gpu_time_by_cpu_op", "attribution", "GPU time per launching CPU op (innermost and top-level)"),
     Analysis("kernel_sequences", "attribution", "most frequent kernel sequences under an operator"),
+    Analysis("critical_path", "critical_path", "critical path of one step on one rank, segment by segment"),
+    Analysis("critical_path_summary", "critical_path", "share of the critical path: CPU, launch, compute, comm, memory",
+             columns_attr="SUMMARY_COLUMNS"),
     Analysis("trace_diff", "trace_diff", "ops and kernels added, removed, slower, faster against --against",
              needs_other_run=True),
 )

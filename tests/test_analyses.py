@@ -328,3 +328,29 @@ def test_trace_diff(tiny, tmp_path):
                                    "--format", "json"])
     assert out.exit_code == 0, out.output
     assert {r["name"]: r["status"] for r in json.loads(out.output)}["new_kernel"] == "added"
+
+
+def test_critical_path_by_hand(tiny, tmp_path):
+    # step 1 ends with triton [100, 110); its stream was free at 60 when L5 began: launch-bound.
+    # Back from there along the CPU thread: calls L1 [1,5) L2 [6,10) L3 [40,44) L4 [50,52) L5 [60,64)
+    # cpu: 0->1, 5->6, 10->40, 44->50, 52->60 = 1+1+30+6+8 = 46
+    # launch_overhead: L1..L4 durations 4+4+4+2 = 14, plus L5 start -> triton start 40 = 54
+    # compute: triton 10; path = 110 us, the step start to the last op's end
+    overlay = tmp_path / "cp.json"
+    path = analyses.critical_path(tiny, rank=0, step=1, overlay_path=str(overlay))
+    assert path.dur_ns.sum() == 110 * US
+    summary = analyses.critical_path_summary(tiny, rank=0, step=1).set_index("category")
+    assert summary.path_ns.to_dict() == {"launch_overhead": 54 * US, "cpu": 46 * US, "compute": 10 * US}
+    assert summary.path_pct.sum() == pytest.approx(100.0)
+    trace = json.loads(overlay.read_text())
+    assert {e["tid"] for e in trace["traceEvents"]} == {"cpu", "launch_overhead", "compute"}
+    assert analyses.critical_path(tiny).step.iloc[0] == 1  # default: the first complete step
+
+
+def test_longest_path_prefers_the_later_dependency():
+    from analyses.critical_path import longest_path
+
+    # node 0 at t=0 (source); 1 at t=5 (CPU), 2 at t=8 (GPU); 3 at t=10 depends on both: GPU came later
+    times = [0, 5, 8, 10]
+    edges = [(0, 1, "cpu"), (0, 2, "compute"), (1, 3, "launch_overhead"), (2, 3, "gpu_wait")]
+    assert longest_path(times, edges, 0) == [(0, 2, "compute"), (2, 3, "gpu_wait")]
