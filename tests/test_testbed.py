@@ -82,3 +82,16 @@ def test_demo_job_on_a_bridged_testbed_with_a_slow_link(tmp_path):
     assert all(r["net_ifname"] == "tk0" for r in doc["ranks"])
     assert tracekit.open(str(tmp_path / "tb")).sql("SELECT count(*) AS n FROM ranks")["n"][0] == 3
     assert [ns for ns in list_namespaces("tk-") if ns.startswith(f"tk-{os.getpid()}-")] == []
+
+
+def test_run_all_stops_the_others_when_one_command_fails():
+    import time
+
+    with Testbed(2, None, prefix=_prefix("runall")) as tb:
+        t0 = time.monotonic()
+        results = tb.run_all([(0, ["sh", "-c", "echo oops >&2; exit 3"]), (1, ["sleep", "30"])], timeout_s=60)
+        took_s = time.monotonic() - t0
+        ok = tb.run_all([(h.index, ["sh", "-c", "echo $TRACEKIT_HOST_LABEL $GLOO_SOCKET_IFNAME"]) for h in tb.hosts])
+    assert results[0] == (3, "", "oops\n")
+    assert results[1][0] != 0 and took_s < 20
+    assert [out for _code, out, _err in ok] == ["testbed-h0 tk0\n", "testbed-h1 tk0\n"]

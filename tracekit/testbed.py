@@ -171,6 +171,44 @@ class Testbed:
         full_env = {**os.environ, **h.env(), **(env or {})}
         return subprocess.Popen(h.exec_argv(argv), env=full_env, **kw)
 
+    def run_all(self, commands: list[tuple[int, list[str]]], env: dict[str, str] | None = None,
+                timeout_s: float = 600) -> list[tuple[int, str, str]]:
+        """Run (host, argv) commands at once; return (exit code, stdout, stderr) for each.
+
+        Output goes to files, not pipes, so that a chatty rank cannot block on a full pipe while
+        another is being waited for. When one command fails the others are killed: the ranks of
+        a collective job would otherwise wait for the dead one until their own timeout.
+        """
+        import tempfile
+        import time
+
+        with tempfile.TemporaryDirectory(prefix="tk-testbed-") as tmp:
+            files, procs = [], []
+            try:
+                for i, (host, argv) in enumerate(commands):
+                    out = open(os.path.join(tmp, f"{i}.out"), "w+")
+                    err = open(os.path.join(tmp, f"{i}.err"), "w+")
+                    files.append((out, err))
+                    procs.append(self.popen(host, argv, env, stdout=out, stderr=err))
+                deadline = time.monotonic() + timeout_s
+                while any(p.poll() is None for p in procs):
+                    if any(p.returncode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                    p.wait()
+            results = []
+            for p, (out, err) in zip(procs, files):
+                out.seek(0)
+                err.seek(0)
+                results.append((p.returncode, out.read(), err.read()))
+                out.close()
+                err.close()
+            return results
+
     def describe(self) -> dict:
         return {"hosts": len(self.hosts), "topology": "veth pair" if self.switch_netns is None else "bridge",
                 "shaping": "tc tbf per link end",

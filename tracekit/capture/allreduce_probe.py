@@ -6,8 +6,8 @@ returns each iteration's time as the slowest rank saw it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
-import subprocess
 import sys
 import time
 
@@ -25,25 +25,21 @@ def run_on_testbed(tb, nbytes: int, iters: int = 3, warmup: int = 1, timeout_s: 
     """Per-iteration all-reduce time in ns (max over ranks), one rank per testbed host."""
     world = len(tb.hosts)
     master = tb.hosts[0].ip
-    procs = [tb.popen(h.index, [sys.executable, "-m", "tracekit.capture.allreduce_probe",
-                                "--rank", str(h.index), "--world", str(world), "--master-addr", master,
-                                "--port", str(PORT), "--bytes", str(nbytes), "--iters", str(iters),
-                                "--warmup", str(warmup)],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for h in tb.hosts]
+    commands = [(h.index, [sys.executable, "-m", "tracekit.capture.allreduce_probe", "--rank", str(h.index),
+                           "--world", str(world), "--master-addr", master, "--port", str(PORT),
+                           "--bytes", str(nbytes), "--iters", str(iters), "--warmup", str(warmup)])
+                for h in tb.hosts]
     results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout_s)
-            if p.returncode != 0:
-                raise TracekitError(f"all-reduce probe rank failed (exit {p.returncode}): {err.strip()[-500:]}")
-            results.append(json.loads(out.strip().splitlines()[-1])["times_ns"])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    for rank, (code, out, err) in enumerate(tb.run_all(commands, timeout_s=timeout_s)):
+        if code != 0:
+            raise TracekitError(f"all-reduce probe rank {rank} failed (exit {code}): {_last_line(err)}")
+        results.append(json.loads(out.strip().splitlines()[-1])["times_ns"])
     return [max(r[i] for r in results) for i in range(iters)]
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     dist = torch.distributed
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://{a.master_addr}:{a.port}", rank=a.rank,
-                            world_size=a.world)
+                            world_size=a.world, timeout=datetime.timedelta(seconds=120))
     buf = torch.ones(a.bytes // 4, dtype=torch.float32)
     times = []
     for i in range(a.warmup + a.iters):

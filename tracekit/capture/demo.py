@@ -9,11 +9,11 @@ a slow rank (it sleeps while "loading data") and a slow link (one testbed host a
 from __future__ import annotations
 
 import argparse
+import datetime
 import dataclasses
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 
@@ -21,6 +21,8 @@ from ..errors import TracekitError
 from ._torch import require_torch
 
 DEFAULT_PORT = 29521
+WORKER_TIMEOUT_S = 900
+COLLECTIVE_TIMEOUT_S = 300  # a dead peer fails the job in minutes, not gloo's default 30
 
 
 @dataclasses.dataclass
@@ -96,7 +98,7 @@ def train_rank(cfg: DemoConfig, rank: int) -> None:
     prof = profile(cfg.out_dir, steps=cfg.steps, warmup=cfg.warmup, record_shapes=True,
                    parallel=_parallel(cfg), extra={"demo": _demo_meta(cfg)})
     dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.port}", rank=rank,
-                            world_size=cfg.ranks)
+                            world_size=cfg.ranks, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
         model = torch.nn.parallel.DistributedDataParallel(build_model(cfg), bucket_cap_mb=cfg.bucket_mb)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -172,26 +174,20 @@ def _run_on_testbed(cfg: DemoConfig) -> None:
     with Testbed(cfg.hosts, cfg.link_rate_mbit, host_rates_mbit=slow) as tb:
         cfg = dataclasses.replace(cfg, master_addr=tb.hosts[0].ip)
         meta = tb.describe()
-        procs = []
-        try:
-            for rank in range(cfg.ranks):
-                host = rank // per_host
-                argv = [sys.executable, "-m", "tracekit.capture.demo", "--worker-rank", str(rank),
-                        "--worker-config", json.dumps(dataclasses.asdict(cfg))]
-                procs.append(tb.popen(host, argv, stderr=subprocess.PIPE, text=True))
-            errors = []
-            for rank, p in enumerate(procs):
-                _, err = p.communicate()
-                if p.returncode != 0:
-                    errors.append(f"rank {rank} exited {p.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}")
-            if errors:
-                raise TracekitError("demo job on the testbed failed: " + "; ".join(errors))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        commands = [(rank // per_host, [sys.executable, "-m", "tracekit.capture.demo", "--worker-rank", str(rank),
+                                        "--worker-config", json.dumps(dataclasses.asdict(cfg))])
+                    for rank in range(cfg.ranks)]
+        results = tb.run_all(commands, timeout_s=WORKER_TIMEOUT_S)
+    errors = [f"rank {rank} exited {code}: {_last_line(err)}" for rank, (code, _out, err) in enumerate(results)
+              if code != 0]
+    if errors:
+        raise TracekitError("demo job on the testbed failed: " + "; ".join(errors))
     _annotate_manifest(cfg.out_dir, {"testbed": meta})
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith("USDT")]
+    return lines[-1] if lines else "(no output)"
 
 
 def _annotate_manifest(out_dir: str, extra: dict) -> None:
