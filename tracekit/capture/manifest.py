@@ -42,7 +42,8 @@ def local_info(rank: int, step_times_ns: list[int], profiled_steps: list[int], t
 def gather(info: dict, world_size: int, distributed: bool) -> list[dict] | None:
     """All ranks' infos on rank 0 (None elsewhere); the local one alone without a process group."""
     if not distributed or world_size == 1:
-        return [info]
+        # Without a process group only rank 0 may write run.json, knowing only itself.
+        return [info] if info["rank"] == 0 else None
     dist = require_torch().distributed
     out: list | None = [None] * world_size if dist.get_rank() == 0 else None
     dist.gather_object(info, out, dst=0)

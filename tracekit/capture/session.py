@@ -108,6 +108,8 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
         info = manifest.local_info(self.rank, self.step_times_ns, profiled,
                                    os.path.basename(self.trace_path) if self.trace_path else None,
                                    os.path.basename(fr_path) if fr_path else None, fr_count)
+        # The process group may have come up inside the block (profile entered before init).
+        _, self.world_size, self.distributed = dist_rank_world()
         infos = manifest.gather(info, self.world_size, self.distributed)
         if infos is not None:
             backend = None
