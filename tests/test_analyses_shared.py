@@ -172,3 +172,28 @@ def test_live_kernel_breakdown(ingested, hta_runs, rel):
             continue
         assert o.max_ns / 1000 == pytest.approx(h["max (us)"], rel=REL)
         assert o.mean_ns / 1000 == pytest.approx(h["mean (us)"], rel=REL)
+
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
+@pytest.fixture(scope="session")
+def slow_rank_run(tmp_path_factory):
+    d = SAMPLES / "ddp3_slow_rank1"
+    if not d.is_dir():
+        pytest.skip(f"{d} not recorded yet")
+    run = tracekit.open(d, store=str(tmp_path_factory.mktemp("ddp3") / "s"))
+    yield run
+    run.close()
+
+
+def test_gloo_sample_every_analysis_and_the_slow_rank(slow_rank_run):
+    # gloo DDP on CPUs, rank 1 slowed down: the others wait for it inside their all-reduces,
+    # so rank 1 spends the least time in communication and the most in compute
+    for name, a in REGISTRY.items():
+        df = a.func(slow_rank_run, other=slow_rank_run) if a.needs_other_run else a.func(slow_rank_run)
+        assert len(df) or df.attrs.get("note"), name
+    ov = analyses.comm_comp_overlap(slow_rank_run).set_index("rank")
+    assert ov.comm_ns.idxmin() == 1
+    tb = analyses.temporal_breakdown(slow_rank_run).set_index("rank")
+    assert (tb.timeline == "cpu").all() and tb.compute_pct.idxmax() == 1
