@@ -39,13 +39,20 @@ def run_info(run) -> dict:
         "ranks": ranks,
         "world_size": world_size,
         "devices": devices,
-        "steps": int(per_rank["steps"].max()) if len(per_rank) else 0,
-        "first_ts_ns": int(per_rank["first_ts_ns"].min()) if len(per_rank) else None,
-        "last_end_ns": int(per_rank["last_end_ns"].max()) if len(per_rank) else None,
-        "event_count": int(per_rank["event_count"].sum()),
+        "steps": _int(per_rank["steps"].max()) or 0,
+        "first_ts_ns": _int(per_rank["first_ts_ns"].min()),
+        "last_end_ns": _int(per_rank["last_end_ns"].max()),
+        "event_count": _int(per_rank["event_count"].sum()) or 0,
         "per_rank": per_rank,
         "categories": categories,
         "skipped": {k: v.split("|", 2)[-1] for k, v in m.skipped.items()},
         "warnings": warnings,
         "notes": notes,
     }
+
+
+def _int(v) -> int | None:
+    """An int, or None for NULL/NA (a trace whose events have no timestamps)."""
+    import pandas as pd
+
+    return None if v is None or pd.isna(v) else int(v)

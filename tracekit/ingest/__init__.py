@@ -71,6 +71,8 @@ def _sniff(path: str) -> str:
             msgspec.json.decode(head)
         except msgspec.DecodeError as e:
             raise TraceFileError(path, f"not valid JSON ({e})") from None
+        except RecursionError:
+            raise TraceFileError(path, "JSON nested too deeply to read; not a profiler trace?") from None
     raise NotATraceError(path, "JSON without a traceEvents array (not a Kineto trace)")
 
 

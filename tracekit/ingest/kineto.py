@@ -273,6 +273,8 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
                                        "profiler schedule (wait/warmup/active) and that profiling ran")
     except MemoryError:
         raise TraceFileError(path, "ran out of memory reading one event; is an event gigabytes long?") from None
+    except RecursionError:
+        raise TraceFileError(path, "JSON nested too deeply to read (thousands of levels); not a profiler trace?") from None
     finally:
         for c, scratch in made:
             c.close()
