@@ -6,6 +6,7 @@ import click
 from .. import __version__
 from .capture import demo_train_cmd, record_cmd, testbed_group
 from .analyze import analyze_cmd
+from .comms import comms_group
 from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
 
@@ -30,6 +31,7 @@ cli.add_command(analyze_cmd)
 cli.add_command(record_cmd)
 cli.add_command(demo_train_cmd)
 cli.add_command(testbed_group)
+cli.add_command(comms_group)
 
 
 def main() -> None:

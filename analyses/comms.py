@@ -1,0 +1,77 @@
+"""Communication across ranks: collectives per rank and matched, stragglers, bandwidth, exposed
+communication, clock offsets, flight-recorder checks (SQL in analyses/collectives*.sql,
+straggler_attribution.sql, bandwidth_report.sql, comms_*.sql, clock_offsets.sql; the private views they
+read are tracekit/comms/collectives.sql)."""
+from __future__ import annotations
+
+from tracekit.comms import prepare as _prepare
+from tracekit.errors import TracekitError
+
+from ._sql import check_scope, query, with_note
+
+_LIST_COLUMNS = ("pg_ranks", "participants", "ranks_not_traced", "ranks_missing")
+
+
+_INT_SUFFIXES = ("_ns", "bytes", "nelems", "_count", "rank", "step", "ordinal", "group_size", "_id")
+
+
+def _lists(df):
+    """DuckDB lists arrive as numpy arrays: make them plain lists (they print and serialise as JSON); integer
+    columns with NULLs arrive as float64: make them nullable integers again."""
+    for c in df.columns:
+        if c in _LIST_COLUMNS:
+            df[c] = df[c].map(lambda v: None if v is None else [int(x) for x in v])
+        elif df[c].dtype.kind == "f" and c.endswith(_INT_SUFFIXES):
+            df[c] = df[c].round().astype("Int64")
+    return df
+
+
+def _setup(run, aligned: bool):
+    offsets = None
+    if aligned:
+        from .clock import estimate_offsets
+
+        offsets = estimate_offsets(run)
+    _prepare(run, offsets)
+    return offsets
+
+
+def _notes(run, df, offsets):
+    notes = []
+    if offsets is not None:
+        notes.append("times aligned by estimated clock offsets (ns): " +
+                     ", ".join(f"rank {r}: {o:+d}" for r, o in sorted(offsets.items())))
+    if "ranks_not_traced" in df.columns and len(df):
+        absent = sorted({r for v in df["ranks_not_traced"] if v for r in v})
+        if absent:
+            notes.append(f"{len(absent)} group member(s) have no trace in this set (a sampled or partial set): "
+                         "their arrivals and waits are unknown, skew and transfer are over the traced ranks only")
+    if notes:
+        with_note(df, "; ".join(notes))
+    return df
+
+
+def collectives(run, rank: int | None = None, *, aligned: bool = False):
+    """One row per (rank, collective): group, op, sizes, call and kernel, match key, arrival delay, wait."""
+    check_scope(run, rank)
+    offsets = _setup(run, aligned)
+    return _notes(run, _lists(query(run, "collectives", rank=rank)), offsets)
+
+
+def collectives_matched(run, op: str | None = None, *, aligned: bool = False):
+    """One row per matched collective: participants, arrival skew, transfer time, algbw / busbw, missing ranks."""
+    offsets = _setup(run, aligned)
+    return _notes(run, _lists(query(run, "collectives_matched", op=op)), offsets)
+
+
+def straggler_attribution(run, rank: int | None = None, *, by_step: bool = False, aligned: bool = False):
+    """Per rank (or step and rank): times last at a collective, average delay, waiting caused; worst first."""
+    check_scope(run, rank)
+    offsets = _setup(run, aligned)
+    return _notes(run, _lists(query(run, "straggler_attribution", rank=rank, by_step=by_step)), offsets)
+
+
+def _require(value, name):
+    if value is None:
+        raise TracekitError(f"--{name} is required")
+    return value

@@ -1,0 +1,115 @@
+"""`tracekit comms`: communication across ranks (collectives, stragglers, bandwidth, clock offsets,
+flight-recorder checks). Thin commands over analyses/comms.py."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from ._common import _jsonable, echo_err, emit, fail_cleanly, format_option, store_option
+
+_trace_dir = click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
+_aligned = click.option("--aligned", is_flag=True,
+                        help="Shift each rank's times by its clock offset estimated from matched collectives "
+                             "(see `tracekit comms align`); the offsets are printed on stderr.")
+
+
+def _open(trace_dir, store):
+    import tracekit
+
+    return tracekit.open(trace_dir, store)
+
+
+def _emit(df, fmt):
+    import pandas as pd
+
+    note = df.attrs.get("note")
+    if note:
+        echo_err(f"note: {note}")
+    # pandas' NA is not JSON: null it (lists stay lists)
+    df = df.astype(object).where(df.map(lambda v: isinstance(v, list) or not pd.isna(v)), None)
+    emit(df, fmt)
+
+
+@click.group("comms", context_settings={"help_option_names": ["-h", "--help"]})
+def comms_group():
+    """Communication across ranks: matched collectives, stragglers, bandwidth, clock offsets, hangs.
+
+    \b
+    Example:
+      tracekit comms collectives runs/job42/
+      tracekit comms stragglers runs/job42/ --format json
+      tracekit comms check runs/job42/
+    """
+
+
+@comms_group.command("collectives")
+@_trace_dir
+@store_option()
+@format_option()
+@click.option("--per-rank", is_flag=True, help="One row per (rank, collective) instead of one per matched collective.")
+@click.option("--rank", type=int, default=None, help="With --per-rank: only this rank.")
+@click.option("--op", default=None, help="Only this op (all_reduce, all_gather, reduce_scatter, broadcast, ...).")
+@_aligned
+@fail_cleanly
+def collectives_cmd(trace_dir, store, fmt, per_rank, rank, op, aligned):
+    """Collectives matched across ranks: participants, arrival skew, transfer time, algbw / busbw.
+
+    Stable JSON columns: match_key, op, bytes, participants, arrival_skew_ns,
+    transfer_ns, algbw_gbps, busbw_gbps (and more).
+
+    \b
+    Example:
+      tracekit comms collectives runs/job42/
+      tracekit comms collectives runs/job42/ --op all_reduce --format json
+      tracekit comms collectives runs/job42/ --per-rank --rank 3
+    """
+    from analyses import comms
+
+    run = _open(trace_dir, store)
+    if per_rank:
+        df = comms.collectives(run, rank, aligned=aligned)
+        if op:
+            df = df[df["op"] == op]
+    else:
+        if rank is not None:
+            raise click.UsageError("--rank needs --per-rank")
+        df = comms.collectives_matched(run, op, aligned=aligned)
+    if fmt == "table":
+        keep = ["match_key", "op", "bytes", "n_participants", "arrival_skew_ns", "last_arrival_rank", "transfer_ns",
+                "algbw_gbps", "busbw_gbps", "complete"] if not per_rank else [
+                "rank", "match_key", "op", "bytes", "timeline", "start_ns", "dur_ns", "arrival_delay_ns", "wait_ns"]
+        df = df[[c for c in keep if c in df.columns]]
+    _emit(df, fmt)
+
+
+@comms_group.command("stragglers")
+@_trace_dir
+@store_option()
+@format_option()
+@click.option("--by-step", is_flag=True, help="One ranking per ProfilerStep.")
+@_aligned
+@fail_cleanly
+def stragglers_cmd(trace_dir, store, fmt, by_step, aligned):
+    """Which rank arrived last at collectives, by how much, and how much waiting it caused.
+
+    One row per rank (per step with --by-step), most harmful first. Stable JSON
+    columns: rank, late_count, avg_delay_ns, caused_wait_ns (and more).
+
+    \b
+    Example:
+      tracekit comms stragglers runs/job42/
+      tracekit comms stragglers runs/job42/ --by-step --format json
+    """
+    from analyses import comms
+
+    df = comms.straggler_attribution(_open(trace_dir, store), by_step=by_step, aligned=aligned)
+    if not by_step:
+        df = df.drop(columns=["step"])
+    late = df[df["consistently_late"]]
+    if fmt == "table":
+        for row in late.itertuples():
+            echo_err(f"straggler: rank {row.rank} arrived last at {row.late_count} of {row.collectives} collectives, "
+                     f"{row.avg_delay_ns / 1e6:.2f} ms late on average, costing the others "
+                     f"{row.caused_wait_ns / 1e6:.1f} ms of waiting")
+    _emit(df, fmt)

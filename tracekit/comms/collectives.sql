@@ -1,0 +1,273 @@
+-- Collectives per rank: the private views every communication analysis reads.
+-- Installed as TEMP objects on a run's connection by tracekit.comms.prepare, after it has written the
+-- TEMP table _comm_clock_offsets(rank, clock_offset_ns) (zeros unless the caller asked for aligned times).
+-- One statement per ';' at a line end.
+
+-- _comm_op(name): canonical collective op of a c10d op, NCCL/gloo annotation, coll_name or kernel name.
+-- Order matters: all_reduce before reduce, reduce_scatter before scatter, all_gather before gather.
+CREATE OR REPLACE TEMP MACRO _comm_op(n) AS (
+  CASE
+    WHEN n IS NULL THEN NULL
+    WHEN contains(replace(lower(n), '_', ''), 'allreduce') THEN 'all_reduce'
+    WHEN contains(replace(lower(n), '_', ''), 'reducescatter') THEN 'reduce_scatter'
+    WHEN contains(replace(lower(n), '_', ''), 'allgather') THEN 'all_gather'
+    WHEN contains(replace(lower(n), '_', ''), 'alltoall') THEN 'all_to_all'
+    WHEN contains(replace(lower(n), '_', ''), 'broadcast') THEN 'broadcast'
+    WHEN contains(replace(lower(n), '_', ''), 'sendrecv') THEN 'send_recv'
+    WHEN contains(replace(lower(n), '_', ''), 'barrier') THEN 'barrier'
+    WHEN contains(replace(lower(n), '_', ''), 'reduce') THEN 'reduce'
+    WHEN contains(replace(lower(n), '_', ''), 'gather') THEN 'gather'
+    WHEN contains(replace(lower(n), '_', ''), 'scatter') THEN 'scatter'
+    WHEN contains(replace(lower(n), '_', ''), 'send') THEN 'send'
+    WHEN contains(replace(lower(n), '_', ''), 'recv') THEN 'recv'
+  END
+);
+
+-- _comm_dtype_bytes(dtype): element size of a dtype as PyTorch, NCCL args or NCCL kernel names spell it.
+-- 1-byte and 8-byte spellings are tested before the 4-byte ones they contain ('int8', 'int64' hold 'int').
+CREATE OR REPLACE TEMP MACRO _comm_dtype_bytes(d) AS (
+  CASE
+    WHEN d IS NULL THEN NULL
+    WHEN regexp_matches(lower(d), 'float8|fp8|e4m3|e5m2|^f8') THEN 1
+    WHEN regexp_matches(lower(d), 'bfloat16|bf16|half|float16|f16|int16|short|^[iu]16$') THEN 2
+    WHEN regexp_matches(lower(d), 'double|float64|f64|int64|long|^[iu]64$') THEN 8
+    WHEN regexp_matches(lower(d), 'int8|char|bool|byte|^[iu]8$') THEN 1
+    WHEN regexp_matches(lower(d), 'float|f32|int|^[iu]32$') THEN 4
+  END
+);
+
+-- _comm_kernel_dtype(name): the dtype NCCL writes into a kernel name (ncclDevKernel_AllReduce_Sum_f16_RING_LL,
+-- ncclKernel_AllReduce_RING_LL_Sum_float); NULL for byte-oriented kernels (AllGather) that carry none.
+CREATE OR REPLACE TEMP MACRO _comm_kernel_dtype(n) AS (
+  nullif(regexp_extract(n, '_(bf16|f16|f32|f64|f8e4m3|f8e5m2|i8|u8|i32|u32|i64|u64|float|half|double|int8_t|uint8_t|int32_t|uint32_t|int64_t|uint64_t)(_|\(|$)', 1), '')
+);
+
+-- _comm_arg_nelems(dims, i): elements of argument i of an Input Dims JSON list: a shape ([4, 2048]) or a
+-- tensor list ([[4, 2048], [8]], summed); NULL when the argument is not a tensor.
+CREATE OR REPLACE TEMP MACRO _comm_arg_nelems(dims, i) AS (
+  CASE
+    WHEN json_type(dims, '$[' || i || '][0]') = 'ARRAY' THEN
+      list_sum(list_transform(TRY_CAST(json_extract(dims, '$[' || i || ']')::VARCHAR AS BIGINT[][]),
+                              lambda s: list_aggregate(s, 'product')::BIGINT))
+    WHEN json_type(dims, '$[' || i || '][0]') IN ('BIGINT', 'UBIGINT') THEN
+      list_aggregate(TRY_CAST(json_extract(dims, '$[' || i || ']')::VARCHAR AS BIGINT[]), 'product')::BIGINT
+  END
+);
+
+-- _comm_first_type(types): the first tensor element type of an Input type JSON list, '' and TensorList skipped.
+CREATE OR REPLACE TEMP MACRO _comm_first_type(types) AS (
+  list_filter(TRY_CAST(types AS VARCHAR[]), lambda t: t NOT IN ('', 'TensorList', 'Scalar', 'ScalarList', 'GenericList'))[1]
+);
+
+-- _comm_rank_groups: per rank, the single process group distributedInfo names (when it names exactly one),
+-- else the whole world (ranks 0..world_size-1) as an assumption, said so in pg_source.
+CREATE OR REPLACE TEMP TABLE _comm_rank_groups AS
+SELECT rank, world_size, backend,
+       CASE WHEN n_pg = 1 THEN json_extract_string(distributed_info_json, '$.pg_config[0].pg_name') END AS pg_name,
+       CASE WHEN n_pg = 1 THEN json_extract_string(distributed_info_json, '$.pg_config[0].pg_desc') END AS pg_desc,
+       CASE WHEN n_pg = 1 THEN TRY_CAST(json_extract(distributed_info_json, '$.pg_config[0].ranks')::VARCHAR AS BIGINT[])
+            ELSE range(0, coalesce(world_size, 0)) END AS pg_ranks,
+       CASE WHEN n_pg = 1 THEN 'distributedInfo' ELSE 'world' END AS pg_source
+FROM (SELECT *, coalesce(json_array_length(distributed_info_json, '$.pg_config'), 0) AS n_pg FROM ranks);
+
+-- _comm_calls: CPU-side collective calls: outermost c10d::* ops of a known op, and record_param_comms events
+-- with collective metadata that no c10d op encloses (older NCCL builds record only those).
+CREATE OR REPLACE TEMP TABLE _comm_calls AS
+WITH c10d AS (
+  SELECT rank, event_id, name, pid, tid, ts_ns, end_ns, step, input_dims, input_types
+  FROM cpu_ops WHERE name LIKE 'c10d::%' AND _comm_op(name) IS NOT NULL
+),
+rpc AS (
+  SELECT rank, event_id, name, pid, tid, ts_ns, end_ns, step, input_dims, input_types, coll_name, coll_dtype,
+         in_msg_nelems, out_msg_nelems, group_size, pg_name, pg_desc, pg_ranks, seq, comms_id
+  FROM cpu_ops WHERE name = 'record_param_comms' AND _comm_op(coll_name) IS NOT NULL  -- not 'wait'
+),
+outer_c10d AS (
+  SELECT c.* FROM c10d c
+  WHERE NOT EXISTS (SELECT 1 FROM c10d o WHERE o.rank = c.rank AND o.tid = c.tid AND o.event_id <> c.event_id
+                    AND o.ts_ns <= c.ts_ns AND o.end_ns >= c.end_ns AND (o.ts_ns < c.ts_ns OR o.end_ns > c.end_ns
+                    OR o.event_id < c.event_id))
+),
+with_meta AS (
+  SELECT c.*, r.coll_name, r.coll_dtype, r.in_msg_nelems, r.out_msg_nelems, r.group_size, r.pg_name, r.pg_desc,
+         r.pg_ranks, r.seq, r.comms_id,
+         row_number() OVER (PARTITION BY c.rank, c.event_id ORDER BY r.ts_ns NULLS LAST) AS k
+  FROM outer_c10d c
+  LEFT JOIN rpc r ON r.rank = c.rank AND r.tid = c.tid AND r.ts_ns >= c.ts_ns AND r.ts_ns < c.end_ns
+)
+SELECT * EXCLUDE (k) FROM with_meta WHERE k = 1
+UNION ALL BY NAME
+SELECT r.* FROM rpc r
+WHERE NOT EXISTS (SELECT 1 FROM outer_c10d c WHERE c.rank = r.rank AND c.tid = r.tid
+                  AND r.ts_ns >= c.ts_ns AND r.ts_ns < c.end_ns);
+
+-- _comm_kernels: NCCL/RCCL kernels, with their launch (gpu_ops joins launch and op on correlation).
+CREATE OR REPLACE TEMP TABLE _comm_kernels AS
+SELECT rank, event_id, name, ts_ns, end_ns, launch_ts_ns, launch_tid, step, stream, coll_name, coll_dtype,
+       in_msg_nelems, out_msg_nelems, group_size, pg_name, pg_desc, pg_ranks, seq, comms_id
+FROM kernels WHERE regexp_matches(name, '^(nccl|rccl)', 'i');
+
+-- _comm_call_kernels: the kernels each call launched (launch on the call's thread, inside its span).
+CREATE OR REPLACE TEMP TABLE _comm_call_kernels AS
+SELECT c.rank, c.event_id AS call_event_id, k.*  EXCLUDE (rank)
+FROM _comm_calls c JOIN _comm_kernels k
+  ON k.rank = c.rank AND k.launch_tid = c.tid AND k.launch_ts_ns >= c.ts_ns AND k.launch_ts_ns <= c.end_ns;
+
+-- _comm_annotations: nccl:* / gloo:* annotations. NCCL's sit inside the call on its thread; gloo's sit on
+-- the pt_gloo_runloop thread and share no id with the call, so they are paired by order (below).
+CREATE OR REPLACE TEMP TABLE _comm_annotations AS
+SELECT rank, event_id, name, tid, ts_ns, end_ns, input_dims, input_types, _comm_op(name) AS op
+FROM events WHERE ph = 'X' AND cat = 'user_annotation' AND (name LIKE 'nccl:%' OR name LIKE 'gloo:%')
+  AND _comm_op(name) IS NOT NULL;
+
+CREATE OR REPLACE TEMP TABLE _comm_nested_annotations AS
+SELECT * FROM (
+  SELECT c.rank, c.event_id AS call_event_id, a.event_id, a.name, a.ts_ns, a.end_ns, a.input_dims, a.input_types,
+         row_number() OVER (PARTITION BY c.rank, c.event_id ORDER BY a.ts_ns) AS k
+  FROM _comm_calls c JOIN _comm_annotations a
+    ON a.rank = c.rank AND a.tid = c.tid AND a.ts_ns >= c.ts_ns AND a.ts_ns <= c.end_ns
+) WHERE k = 1;
+
+-- gloo pairing: the n-th unpaired call of an op on a rank <-> the n-th loose annotation of that op on the
+-- rank, counting only annotations that start after the rank's first such call (a trace window can open
+-- while the runloop still runs a collective whose call fell before the window).
+CREATE OR REPLACE TEMP TABLE _comm_loose_pairs AS
+WITH calls AS (
+  SELECT c.rank, c.event_id, _comm_op(c.name) AS op, c.ts_ns,
+         row_number() OVER (PARTITION BY c.rank, _comm_op(c.name) ORDER BY c.ts_ns, c.event_id) AS n
+  FROM _comm_calls c
+  WHERE c.name LIKE 'c10d::%'
+    AND NOT EXISTS (SELECT 1 FROM _comm_call_kernels k WHERE k.rank = c.rank AND k.call_event_id = c.event_id)
+    AND NOT EXISTS (SELECT 1 FROM _comm_nested_annotations a WHERE a.rank = c.rank AND a.call_event_id = c.event_id)
+),
+first_call AS (SELECT rank, op, min(ts_ns) AS t FROM calls GROUP BY ALL),
+loose AS (
+  SELECT a.*, row_number() OVER (PARTITION BY a.rank, a.op ORDER BY a.ts_ns, a.event_id) AS n
+  FROM _comm_annotations a JOIN first_call f ON f.rank = a.rank AND f.op = a.op AND a.ts_ns >= f.t
+  WHERE NOT EXISTS (SELECT 1 FROM _comm_nested_annotations x WHERE x.rank = a.rank AND x.event_id = a.event_id)
+)
+SELECT c.rank, c.event_id AS call_event_id, l.event_id, l.name, l.tid, l.ts_ns, l.end_ns, l.input_dims, l.input_types
+FROM calls c JOIN loose l ON l.rank = c.rank AND l.op = c.op AND l.n = c.n;
+
+-- _comm_rows_raw: one row per (rank, collective) on the trace clocks, before any clock correction.
+CREATE OR REPLACE TEMP TABLE _comm_rows_raw AS
+WITH kagg AS (
+  SELECT rank, call_event_id, count(*) AS kernel_count, arg_min(name, ts_ns) AS kernel_name,
+         arg_min(event_id, ts_ns) AS kernel_event_id, min(ts_ns) AS kernel_start_ns, max(end_ns) AS kernel_end_ns,
+         arg_min(coll_name, ts_ns) AS coll_name, arg_min(coll_dtype, ts_ns) AS coll_dtype,
+         arg_min(in_msg_nelems, ts_ns) AS in_msg_nelems, arg_min(out_msg_nelems, ts_ns) AS out_msg_nelems,
+         arg_min(group_size, ts_ns) AS group_size, arg_min(pg_name, ts_ns) AS pg_name, arg_min(pg_desc, ts_ns) AS pg_desc,
+         arg_min(pg_ranks, ts_ns) AS pg_ranks, arg_min(seq, ts_ns) AS seq, arg_min(comms_id, ts_ns) AS comms_id
+  FROM _comm_call_kernels GROUP BY rank, call_event_id
+),
+from_calls AS (
+  SELECT c.rank, c.step, c.name AS cpu_name, c.event_id AS cpu_event_id, c.tid AS cpu_tid,
+         c.ts_ns AS cpu_start_ns, c.end_ns AS cpu_end_ns,
+         k.kernel_name, k.kernel_event_id, coalesce(k.kernel_count, 0) AS kernel_count,
+         k.kernel_start_ns, k.kernel_end_ns,
+         coalesce(n.name, p.name) AS annotation_name, p.tid AS runloop_tid,
+         p.ts_ns AS runloop_start_ns, p.end_ns AS runloop_end_ns,
+         coalesce(c.coll_name, k.coll_name) AS coll_name,
+         coalesce(c.coll_dtype, k.coll_dtype, _comm_first_type(coalesce(n.input_types, p.input_types)),
+                  _comm_kernel_dtype(k.kernel_name)) AS dtype,
+         coalesce(c.in_msg_nelems, k.in_msg_nelems, _comm_arg_nelems(c.input_dims, 0)) AS in_nelems,
+         coalesce(c.out_msg_nelems, k.out_msg_nelems, _comm_arg_nelems(c.input_dims, 1)) AS out_nelems,
+         CASE WHEN coalesce(c.in_msg_nelems, k.in_msg_nelems) IS NOT NULL THEN 'args'
+              WHEN _comm_arg_nelems(c.input_dims, 0) IS NOT NULL THEN 'input_dims' END AS size_source,
+         coalesce(c.group_size, k.group_size) AS group_size, coalesce(c.pg_name, k.pg_name) AS pg_name,
+         coalesce(c.pg_desc, k.pg_desc) AS pg_desc, coalesce(c.pg_ranks, k.pg_ranks) AS pg_ranks_text,
+         coalesce(c.seq, k.seq) AS seq, coalesce(c.comms_id, k.comms_id) AS comms_id
+  FROM _comm_calls c
+  LEFT JOIN kagg k ON k.rank = c.rank AND k.call_event_id = c.event_id
+  LEFT JOIN _comm_nested_annotations n ON n.rank = c.rank AND n.call_event_id = c.event_id
+  LEFT JOIN _comm_loose_pairs p ON p.rank = c.rank AND p.call_event_id = c.event_id
+),
+-- kernels no call launched (a trace without CPU ops, or a launch outside any c10d op): their own rows
+from_kernels AS (
+  SELECT k.rank, k.step, NULL AS cpu_name, NULL::BIGINT AS cpu_event_id, NULL::BIGINT AS cpu_tid,
+         NULL::BIGINT AS cpu_start_ns, NULL::BIGINT AS cpu_end_ns, k.name AS kernel_name, k.event_id AS kernel_event_id,
+         1 AS kernel_count, k.ts_ns AS kernel_start_ns, k.end_ns AS kernel_end_ns, NULL AS annotation_name,
+         NULL::BIGINT AS runloop_tid, NULL::BIGINT AS runloop_start_ns, NULL::BIGINT AS runloop_end_ns,
+         k.coll_name, coalesce(k.coll_dtype, _comm_kernel_dtype(k.name)) AS dtype, k.in_msg_nelems AS in_nelems,
+         k.out_msg_nelems AS out_nelems, CASE WHEN k.in_msg_nelems IS NOT NULL THEN 'args' END AS size_source,
+         k.group_size, k.pg_name, k.pg_desc, k.pg_ranks AS pg_ranks_text, k.seq, k.comms_id
+  FROM _comm_kernels k
+  WHERE NOT EXISTS (SELECT 1 FROM _comm_call_kernels x WHERE x.rank = k.rank AND x.event_id = k.event_id)
+),
+rows AS (SELECT * FROM from_calls UNION ALL BY NAME SELECT * FROM from_kernels),
+-- ranks that ran collectives on a GPU: a call of theirs without a kernel had its kernel outside the window
+gpu_ranks AS (SELECT DISTINCT rank FROM _comm_kernels),
+typed AS (
+  SELECT r.*,
+         coalesce(_comm_op(r.coll_name), _comm_op(r.cpu_name), _comm_op(r.annotation_name), _comm_op(r.kernel_name)) AS op,
+         _comm_dtype_bytes(r.dtype) AS elem_bytes,
+         coalesce(r.pg_name, g.pg_name) AS group_name,
+         coalesce(r.pg_desc, g.pg_desc) AS group_desc,
+         coalesce(TRY_CAST(r.pg_ranks_text AS BIGINT[]), g.pg_ranks) AS group_ranks,
+         CASE WHEN r.pg_name IS NOT NULL OR r.pg_ranks_text IS NOT NULL THEN 'args' ELSE g.pg_source END AS pg_source,
+         CASE WHEN r.kernel_start_ns IS NOT NULL THEN 'gpu'
+              WHEN r.rank IN (SELECT rank FROM gpu_ranks) THEN 'none'
+              ELSE 'cpu' END AS timeline
+  FROM rows r LEFT JOIN _comm_rank_groups g ON g.rank = r.rank
+)
+SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ranks_text, group_size),
+       t.group_name AS pg_name, t.group_desc AS pg_desc, t.group_ranks AS pg_ranks,
+       coalesce(t.group_size, len(t.group_ranks)) AS group_size,
+       -- nccl-tests convention: the buffer the op moves in total (all_gather: output; reduce_scatter: input)
+       CASE WHEN t.op IN ('all_gather', 'reduce_scatter', 'all_to_all')
+            THEN greatest(t.in_nelems, coalesce(t.out_nelems, t.in_nelems))
+            ELSE t.in_nelems END * t.elem_bytes AS bytes,
+       row_number() OVER (PARTITION BY t.rank, coalesce(t.group_name, '') ORDER BY coalesce(t.cpu_start_ns, t.kernel_start_ns),
+                          coalesce(t.cpu_event_id, t.kernel_event_id)) AS ordinal
+FROM typed t;
+
+-- _comm_rows: _comm_rows_raw with the clock correction applied and the cross-rank match key.
+-- start_ns is the arrival: the kernel start on a GPU, the call on a CPU (gloo) rank; end_ns is when the
+-- collective finished there: the kernel end, or the end of the runloop's work (else of the call).
+CREATE OR REPLACE TEMP VIEW _comm_rows AS
+SELECT r.*,
+       coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS clock_offset_ns,
+       CASE r.timeline WHEN 'gpu' THEN r.kernel_start_ns WHEN 'cpu' THEN r.cpu_start_ns END
+         + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS start_ns,
+       CASE r.timeline WHEN 'gpu' THEN r.kernel_end_ns WHEN 'cpu' THEN greatest(r.runloop_end_ns, r.cpu_end_ns) END
+         + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS end_ns,
+       CASE WHEN r.comms_id IS NOT NULL THEN 'comms_id' WHEN r.seq IS NOT NULL THEN 'seq' ELSE 'ordinal' END AS match_by,
+       CASE WHEN r.comms_id IS NOT NULL THEN 'id:' || r.comms_id
+            WHEN r.seq IS NOT NULL THEN 'pg:' || coalesce(r.pg_name, 'world') || ':seq:' || r.seq
+            ELSE 'pg:' || coalesce(r.pg_name, 'world') || ':n:' || r.ordinal END AS match_key
+FROM _comm_rows_raw r
+LEFT JOIN _comm_clock_offsets o ON o.rank = r.rank
+LEFT JOIN ranks k ON k.rank = r.rank;
+
+-- _comm_matched: one row per collective instance (match_key) across the ranks that recorded it.
+CREATE OR REPLACE TEMP VIEW _comm_matched AS
+WITH g AS (
+  SELECT match_key, any_value(match_by) AS match_by, mode(op) AS op, count(DISTINCT op) AS op_variants,
+         mode(pg_name) AS pg_name, mode(pg_desc) AS pg_desc, arg_max(pg_ranks, len(pg_ranks)) AS pg_ranks,
+         max(group_size) AS group_size, mode(dtype) AS dtype, max(bytes) AS bytes, count(DISTINCT bytes) AS bytes_variants,
+         min(step) AS step, mode(timeline) AS timeline,
+         list(rank ORDER BY rank) AS participants,
+         list(rank ORDER BY rank) FILTER (WHERE start_ns IS NOT NULL) AS timed_ranks,
+         min(start_ns) AS first_arrival_ns, max(start_ns) AS last_arrival_ns,
+         arg_min(rank, start_ns) AS first_arrival_rank, arg_max(rank, start_ns) AS last_arrival_rank,
+         min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
+         min(end_ns - start_ns) AS min_dur_ns, median(end_ns - start_ns) AS median_dur_ns
+  FROM _comm_rows GROUP BY match_key
+),
+traced AS (SELECT list(rank ORDER BY rank) AS ranks FROM ranks)
+SELECT g.*,
+       len(g.participants) AS n_participants,
+       list_filter(g.pg_ranks, lambda x: NOT list_contains(t.ranks, x)) AS ranks_not_traced,
+       list_filter(g.pg_ranks, lambda x: list_contains(t.ranks, x) AND NOT list_contains(g.participants, x)) AS ranks_missing,
+       g.last_arrival_ns - g.first_arrival_ns AS arrival_skew_ns,
+       -- the data can only move once the last rank is in: when every kernel is still running then, the
+       -- transfer is last arrival -> first finish; otherwise (no overlap, e.g. a tree broadcast that let a
+       -- rank go early, or unaligned clocks) the shortest participant's duration, as TraceLens reports
+       CASE WHEN len(g.timed_ranks) >= 2 AND g.last_arrival_ns < g.first_end_ns THEN g.first_end_ns - g.last_arrival_ns
+            ELSE g.min_dur_ns END AS transfer_ns,
+       CASE g.op WHEN 'all_reduce' THEN 2.0 * (g.group_size - 1) / g.group_size
+                 WHEN 'reduce_scatter' THEN (g.group_size - 1) / g.group_size::DOUBLE
+                 WHEN 'all_gather' THEN (g.group_size - 1) / g.group_size::DOUBLE
+                 WHEN 'all_to_all' THEN (g.group_size - 1) / g.group_size::DOUBLE
+                 ELSE 1.0 END AS busbw_factor
+FROM g, traced t;
