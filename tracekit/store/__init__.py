@@ -111,8 +111,9 @@ def create_table_view(con, name: str, files: list[str], columns) -> None:
     """A view over one table's Parquet files, with `rank` from the hive path."""
     if files:
         lst = "[" + ", ".join(_sql_str(f) for f in files) + "]"
+        # one schema version per store (the manifest enforces it): no union_by_name needed
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({lst}, hive_partitioning = true, "
-                    "hive_types = {'rank': BIGINT}, union_by_name = true)")
+                    "hive_types = {'rank': BIGINT})")
     else:  # an empty table still has its columns
         cols = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t, _ in columns)
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT CAST(NULL AS BIGINT) AS rank, {cols} WHERE false")
