@@ -15,12 +15,12 @@ _LIST_COLUMNS = ("pg_ranks", "participants", "ranks_not_traced", "ranks_missing"
 _INT_SUFFIXES = ("_ns", "bytes", "nelems", "_count", "rank", "step", "ordinal", "group_size", "_id")
 
 
-def _lists(df):
+def _lists(df, extra=()):
     """DuckDB lists arrive as numpy arrays: make them plain lists (they print and serialise as JSON); integer
     columns with NULLs arrive as float64: make them nullable integers again."""
     for c in df.columns:
-        if c in _LIST_COLUMNS:
-            df[c] = df[c].map(lambda v: None if v is None else [int(x) for x in v])
+        if c in _LIST_COLUMNS or c in extra:
+            df[c] = df[c].map(lambda v: [x if isinstance(x, str) else int(x) for x in v] if hasattr(v, "__len__") else None)
         elif df[c].dtype.kind == "f" and c.endswith(_INT_SUFFIXES):
             df[c] = df[c].round().astype("Int64")
     return df
@@ -75,3 +75,22 @@ def _require(value, name):
     if value is None:
         raise TracekitError(f"--{name} is required")
     return value
+
+
+def _has_fr(run) -> bool:
+    return bool(run.sql("SELECT count(*) AS n FROM fr_entries")["n"].iloc[0])
+
+
+def comms_check(run):
+    """Flight-recorder problems per group and collective: missing ranks, op / size / dtype / state mismatches."""
+    if not _has_fr(run):
+        raise TracekitError("no flight-recorder dumps in this trace directory (rank<R>.fr.json, *.pkl with "
+                            "entries); record with TORCH_FR_BUFFER_SIZE set, or with `tracekit record`")
+    return _lists(query(run, "comms_check"), ("ranks_present", "suspect_ranks", "values"))
+
+
+def comms_last_completed(run):
+    """Per group and rank: the last collective enqueued, started and completed, and how far behind it is."""
+    if not _has_fr(run):
+        raise TracekitError("no flight-recorder dumps in this trace directory")
+    return _lists(query(run, "comms_last_completed"))

@@ -113,3 +113,40 @@ def stragglers_cmd(trace_dir, store, fmt, by_step, aligned):
                      f"{row.avg_delay_ns / 1e6:.2f} ms late on average, costing the others "
                      f"{row.caused_wait_ns / 1e6:.1f} ms of waiting")
     _emit(df, fmt)
+
+
+@comms_group.command("check")
+@_trace_dir
+@store_option()
+@format_option()
+@fail_cleanly
+def check_cmd(trace_dir, store, fmt):
+    """Check flight-recorder dumps: collectives not joined by every rank, mismatches, last completed.
+
+    Reads the per-rank dumps in TRACE_DIR (rank<R>.fr.json, or pickles through a
+    restricted loader that refuses anything but plain data). JSON output is an
+    object {"issues": [...], "last_completed": [...]}; exit code 0 either way.
+
+    \b
+    Example:
+      tracekit comms check runs/job42/
+      tracekit comms check runs/hung_job/ --format json
+    """
+    from analyses import comms
+
+    run = _open(trace_dir, store)
+    issues = comms.comms_check(run)
+    last = comms.comms_last_completed(run)
+    if fmt == "json":
+        def rows(df):
+            return [{k: _jsonable(v) for k, v in r.items()} for r in df.astype(object).where(df.notna(), None)
+                    .to_dict(orient="records")]
+        click.echo(json.dumps({"issues": rows(issues), "last_completed": rows(last)}, indent=1, default=str))
+        return
+    if issues.empty:
+        click.echo("flight recorder: every rank joined every collective it could have, with the same op, size and dtype")
+    else:
+        click.echo(f"flight recorder: {len(issues)} problem(s)")
+        _emit(issues, fmt)
+    click.echo("")
+    _emit(last, fmt)

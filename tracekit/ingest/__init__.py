@@ -21,6 +21,7 @@ from ..store import default_store_dir, writer_lock
 from ..store import manifest as _manifest
 from ..store.manifest import Manifest, SourceEntry
 from ..store.schema import SCHEMA_VERSION, TABLES
+from .flight_recorder import FR_SUFFIXES, ingest_flight_recorder, is_fr_candidate
 from .kineto import FileResult, ingest_kineto
 from .worker import run_pool
 
@@ -84,7 +85,7 @@ def discover(trace_dir: str, store_dir: str | None = None) -> list[str]:
     for root, dirs, files in os.walk(trace_dir):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and os.path.join(root, d) != store_dir)
         for name in files:
-            if name.endswith(TRACE_SUFFIXES) and not name.startswith("."):
+            if name.endswith(TRACE_SUFFIXES + FR_SUFFIXES) and not name.startswith("."):
                 found.append(os.path.relpath(os.path.join(root, name), trace_dir))
     return sorted(found)
 
@@ -123,6 +124,7 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         old = None if force else _load_compatible(store_dir)
         manifest = Manifest(trace_dir=trace_dir)
         todo: list[tuple[str, str]] = []  # (source, sha256)
+        fr_todo: set[str] = set()  # sources in todo that are flight-recorder dumps
         stats: dict[str, os.stat_result] = {}
         for source in discover(trace_dir, store_dir):
             path = os.path.join(trace_dir, source)
@@ -138,8 +140,15 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
                 report.skipped[source] = old.skipped[source].split("|", 2)[-1]
                 continue
             try:
-                _sniff(path)
+                if path.endswith(FR_SUFFIXES):
+                    fr_todo.add(source)  # a pickle here can only be a flight-recorder dump
+                else:
+                    _sniff(path)
             except NotATraceError as e:
+                if is_fr_candidate(path):
+                    fr_todo.add(source)
+                    todo.append((source, _sha256(path)))
+                    continue
                 manifest.skipped[source] = f"{st.st_size}|{st.st_mtime_ns}|{e.reason}"
                 report.skipped[source] = e.reason
                 continue
@@ -163,11 +172,14 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
             bad = f"; unreadable: {', '.join(sorted(report.failed))}" if report.failed else ""
             raise TracekitError(f"{trace_dir}: no Kineto traces found (*.json, *.json.gz with traceEvents){what}{bad}")
 
-        forced = _forced_ranks(rank_from, sorted({*manifest.sources, *(s for s, _ in todo)}))
+        forced = _forced_ranks(rank_from, sorted({*(k for k, e in manifest.sources.items() if e.kind == "trace"),
+                                                  *(s for s, _ in todo if s not in fr_todo)}))
         gen = uuid.uuid4().hex[:12]
         staging = os.path.join(store_dir, "staging", gen)
         try:
-            results = _run(trace_dir, todo, staging, rank_from, forced, jobs, skip_bad, report, progress)
+            results = _run(trace_dir, [t for t in todo if t[0] not in fr_todo], staging, rank_from, forced, jobs,
+                           skip_bad, report, progress)
+            results.update(_run_fr(trace_dir, [s for s, _ in todo if s in fr_todo], staging, skip_bad, report))
             for source, digest in todo:
                 if source not in results:
                     continue
@@ -176,7 +188,8 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
                 manifest.sources[source] = SourceEntry(
                     size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, rank=r.rank, rank_source=r.rank_source,
                     event_count=r.event_count, lost_event_count=r.lost_event_count, warnings=r.warnings,
-                    files={}, world_size=r.world_size, ingested_ns=time.time_ns())
+                    files={}, world_size=r.world_size, ingested_ns=time.time_ns(),
+                    kind="flight_recorder" if source in fr_todo else "trace")
                 if r.warnings:
                     report.warnings[source] = r.warnings
                 report.ingested.append(source)
@@ -244,6 +257,20 @@ def _run(trace_dir, todo, staging, rank_from, forced, jobs, skip_bad, report, pr
     return results
 
 
+def _run_fr(trace_dir, sources, staging, skip_bad, report) -> dict[str, FileResult]:
+    """Flight-recorder dumps: small, read in-process; the rank comes from the file name (dumps hold none)."""
+    results = {}
+    for i, source in enumerate(sources):
+        try:
+            results[source] = ingest_flight_recorder(os.path.join(trace_dir, source), source,
+                                                     os.path.join(staging, f"fr{i:06d}"))
+        except TraceFileError as e:
+            if not skip_bad:
+                raise
+            report.failed[source] = e.reason
+    return results
+
+
 class _Bar:
     def __init__(self, total: int):
         from rich.progress import Progress
@@ -269,6 +296,8 @@ def _check_ranks(trace_dir: str, manifest: Manifest) -> None:
     by_rank: dict[int, str] = {}
     for source in sorted(manifest.sources):
         e = manifest.sources[source]
+        if e.kind != "trace":  # a rank's flight-recorder dump sits beside its trace
+            continue
         if e.rank in by_rank:
             raise TracekitError(
                 f"{os.path.join(trace_dir, by_rank[e.rank])} and {os.path.join(trace_dir, source)} both claim rank {e.rank}; "

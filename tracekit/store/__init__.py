@@ -79,7 +79,7 @@ class Store:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(e.rank for e in self.manifest.sources.values())
+        return sorted(e.rank for e in self.manifest.sources.values() if e.kind == "trace")
 
     def connect(self, *, allow_external_access: bool = False):
         """A DuckDB connection with the store's views.

@@ -33,6 +33,7 @@ class SourceEntry:
     files: dict[str, list[str]]  # table -> paths relative to the store
     world_size: int | None = None
     ingested_ns: int = 0
+    kind: str = "trace"  # trace | flight_recorder
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: fr_entries table; flight-recorder dumps become sources
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,39 @@ MEMORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("device_id", "BIGINT", "device index (-1 = CPU)"),
 )
 
+# fr_entries: one row per flight-recorder entry (ingest/flight_recorder.py), partitioned by rank.
+FR_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("record_id", "BIGINT", "entry id in the rank's ring buffer"),
+    ("pg_id", "BIGINT", "process group id"),
+    ("pg_name", "VARCHAR", "process group name (entry's process_group[0])"),
+    ("pg_desc", "VARCHAR", "process group description (process_group[1])"),
+    ("pg_ranks", "VARCHAR", "JSON list of the group's ranks from pg_config (NULL when unknown)"),
+    ("collective_seq_id", "BIGINT", "collective sequence number in the group"),
+    ("p2p_seq_id", "BIGINT", "point-to-point sequence number"),
+    ("is_p2p", "BOOLEAN", "a send/recv"),
+    ("op_id", "BIGINT", "op id"),
+    ("profiling_name", "VARCHAR", "nccl:all_reduce, gloo:broadcast, ..."),
+    ("input_sizes", "VARCHAR", "JSON list of input shapes"),
+    ("input_dtypes", "VARCHAR", "JSON list of input dtypes"),
+    ("output_sizes", "VARCHAR", "JSON list of output shapes"),
+    ("output_dtypes", "VARCHAR", "JSON list of output dtypes"),
+    ("time_created_ns", "BIGINT", "when the collective was enqueued"),
+    ("time_discovered_started_ns", "BIGINT", "when it was seen started (0/NULL: never)"),
+    ("time_discovered_completed_ns", "BIGINT", "when it was seen completed (0/NULL: never)"),
+    ("duration_ms", "DOUBLE", "measured duration (NCCL with timing enabled)"),
+    ("timeout_ms", "BIGINT", "the collective's timeout"),
+    ("state", "VARCHAR", "scheduled | started | completed"),
+    ("retired", "BOOLEAN", "the work object was retired"),
+    ("thread_id", "VARCHAR", "enqueuing thread"),
+    ("thread_name", "VARCHAR", "enqueuing thread name"),
+    ("frames_json", "VARCHAR", "JSON stack frames (NULL when absent)"),
+    ("pg_last_enqueued_seq", "BIGINT", "pg_status: last collective enqueued in the group"),
+    ("pg_last_started_seq", "BIGINT", "pg_status: last collective started"),
+    ("pg_last_completed_seq", "BIGINT", "pg_status: last collective completed"),
+    ("dump_version", "VARCHAR", "dump format version"),
+    ("source_file", "VARCHAR", "dump file, relative to the trace directory"),
+)
+
 # Tables written per source file; each file of a table lives under
 # <store>/<table>/rank=<R>/<file-key>-<generation>.parquet
 TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -163,4 +196,5 @@ TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "steps": STEP_COLUMNS,
     "flows": FLOW_COLUMNS,
     "memory": MEMORY_COLUMNS,
+    "fr_entries": FR_COLUMNS,
 }

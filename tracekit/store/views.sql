@@ -16,6 +16,9 @@ CREATE OR REPLACE VIEW steps AS SELECT * FROM _steps;
 -- flows: s/f flow pairs per rank (ac2g = launch -> GPU op; fwdbwd = forward -> backward).
 CREATE OR REPLACE VIEW flows AS SELECT * FROM _flows;
 
+-- fr_entries: flight-recorder entries per rank (schema.py FR_COLUMNS, plus rank).
+CREATE OR REPLACE VIEW fr_entries AS SELECT * FROM _fr_entries;
+
 -- memory: [memory] instant events (allocations and frees) per rank.
 CREATE OR REPLACE VIEW memory AS SELECT * FROM _memory;
 
