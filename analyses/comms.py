@@ -29,7 +29,7 @@ def _lists(df, extra=()):
 def _setup(run, aligned: bool):
     offsets = None
     if aligned:
-        from .clock import estimate_offsets
+        from .clock import estimate_offsets  # noqa: PLC0415 (clock reads the same views)
 
         offsets = estimate_offsets(run)
     _prepare(run, offsets)
@@ -71,10 +71,11 @@ def straggler_attribution(run, rank: int | None = None, *, by_step: bool = False
     return _notes(run, _lists(query(run, "straggler_attribution", rank=rank, by_step=by_step)), offsets)
 
 
-def _require(value, name):
-    if value is None:
-        raise TracekitError(f"--{name} is required")
-    return value
+def clock_offsets(run):
+    """Per-rank clock offsets estimated from matched collectives (see analyses/clock_offsets.sql)."""
+    from .clock import clock_offsets as _clock
+
+    return _clock(run)
 
 
 def _has_fr(run) -> bool:

@@ -150,3 +150,25 @@ def check_cmd(trace_dir, store, fmt):
         _emit(issues, fmt)
     click.echo("")
     _emit(last, fmt)
+
+
+@comms_group.command("align")
+@_trace_dir
+@store_option()
+@format_option()
+@fail_cleanly
+def align_cmd(trace_dir, store, fmt):
+    """Estimate each rank's clock offset from matched collectives (their ends are near-simultaneous).
+
+    Prints the correction to add to each rank's times, relative to the lowest
+    rank. Nothing is changed: pass --aligned to `comms collectives` /
+    `comms stragglers` to apply the offsets (they are printed again there).
+
+    \b
+    Example:
+      tracekit comms align runs/job42/
+      tracekit comms stragglers runs/job42/ --aligned
+    """
+    from analyses import comms
+
+    _emit(comms.clock_offsets(_open(trace_dir, store)), fmt)
