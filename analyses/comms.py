@@ -5,7 +5,6 @@ read are tracekit/comms/collectives.sql)."""
 from __future__ import annotations
 
 from tracekit.comms import prepare as _prepare
-from tracekit.errors import TracekitError
 
 from ._sql import check_scope, query, with_note
 
@@ -29,7 +28,7 @@ def _lists(df, extra=()):
 def _setup(run, aligned: bool):
     offsets = None
     if aligned:
-        from .clock import estimate_offsets  # noqa: PLC0415 (clock reads the same views)
+        from .clock import estimate_offsets
 
         offsets = estimate_offsets(run)
     _prepare(run, offsets)
@@ -78,20 +77,27 @@ def clock_offsets(run):
     return _clock(run)
 
 
-def _has_fr(run) -> bool:
+NO_FR = ("no flight-recorder dumps in this trace directory (rank<R>.fr.json, *.pkl with entries); record with "
+         "TORCH_FR_BUFFER_SIZE set, or with `tracekit record`")
+
+
+def has_flight_recorder(run) -> bool:
     return bool(run.sql("SELECT count(*) AS n FROM fr_entries")["n"].iloc[0])
 
 
 def comms_check(run):
     """Flight-recorder problems per group and collective: missing ranks, op / size / dtype / state mismatches."""
-    if not _has_fr(run):
-        raise TracekitError("no flight-recorder dumps in this trace directory (rank<R>.fr.json, *.pkl with "
-                            "entries); record with TORCH_FR_BUFFER_SIZE set, or with `tracekit record`")
-    return _lists(query(run, "comms_check"), ("ranks_present", "suspect_ranks", "values"))
+    df = _lists(query(run, "comms_check"), ("ranks_present", "suspect_ranks", "values"))
+    return df if has_flight_recorder(run) else with_note(df, NO_FR)
 
 
 def comms_last_completed(run):
     """Per group and rank: the last collective enqueued, started and completed, and how far behind it is."""
-    if not _has_fr(run):
-        raise TracekitError("no flight-recorder dumps in this trace directory")
-    return _lists(query(run, "comms_last_completed"))
+    df = _lists(query(run, "comms_last_completed"))
+    return df if has_flight_recorder(run) else with_note(df, NO_FR)
+
+
+def bandwidth_report(run, op: str | None = None, *, aligned: bool = False):
+    """busbw per process group, op and size bucket (nccl-tests factors), with the slow outliers counted."""
+    offsets = _setup(run, aligned)
+    return _notes(run, _lists(query(run, "bandwidth_report", op=op)), offsets)

@@ -62,6 +62,13 @@ _ANALYSES = (
     Analysis("critical_path", "critical_path", "critical path of one step on one rank, segment by segment"),
     Analysis("critical_path_summary", "critical_path", "share of the critical path: CPU, launch, compute, comm, memory",
              columns_attr="SUMMARY_COLUMNS"),
+    Analysis("collectives", "comms", "one row per (rank, collective): group, op, bytes, call, kernel, match key, wait"),
+    Analysis("collectives_matched", "comms", "collectives matched across ranks: skew, transfer, algbw/busbw, missing ranks"),
+    Analysis("straggler_attribution", "comms", "which rank arrives last at collectives, by how much, waiting caused"),
+    Analysis("bandwidth_report", "comms", "busbw per process group, op and message-size bucket"),
+    Analysis("clock_offsets", "comms", "per-rank clock offsets estimated from matched collectives"),
+    Analysis("comms_check", "comms", "flight recorder: collectives not joined by all ranks, mismatches"),
+    Analysis("comms_last_completed", "comms", "flight recorder: last collective each rank enqueued/started/completed"),
     Analysis("trace_diff", "trace_diff", "ops and kernels added, removed, slower, faster against --against",
              needs_other_run=True),
 )

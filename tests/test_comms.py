@@ -289,3 +289,20 @@ def test_sampled_trace_filter_says_so(shared_run):
     m = comms.collectives_matched(run)
     assert len(m) > 0 and not m["complete"].any()
     assert "no trace" in m.attrs.get("note", "")
+
+
+@pytest.mark.parametrize("name,link_gbps", [("ddp2_2hosts_100mbit", 0.0125), ("ddp4_4hosts_100mbit", 0.0125)])
+def test_bandwidth_on_shaped_links_reaches_the_link_rate(samples, name, link_gbps):
+    """busbw (nccl-tests factors) of the gradient all-reduce against the tc-shaped link: close to line rate,
+    never above it."""
+    bw = comms.bandwidth_report(samples(name))
+    ar = bw[(bw["op"] == "all_reduce")].iloc[0]
+    assert ar["collectives"] == 3 and ar["size_bucket_bytes"] == 1 << 21
+    assert 0.8 * link_gbps < ar["median_busbw_gbps"] <= 1.02 * link_gbps
+
+
+def test_megatron_bandwidth_reported(shared_run):
+    bw = comms.bandwidth_report(shared_run("astra-sim/megatron_tp8"), "all_reduce")
+    big = bw[bw["size_bucket_bytes"] == 1 << 26].iloc[0]
+    assert big["collectives"] == 81 and big["bytes_total"] == 81 * (1 << 26)
+    assert 150 < big["median_busbw_gbps"] < 240  # 8 x A100 NVLink ring: nccl-tests reach ~230 GB/s

@@ -134,7 +134,11 @@ def check_cmd(trace_dir, store, fmt):
     """
     from analyses import comms
 
+    from ..errors import TracekitError
+
     run = _open(trace_dir, store)
+    if not comms.has_flight_recorder(run):
+        raise TracekitError(f"{trace_dir}: {comms.NO_FR}")
     issues = comms.comms_check(run)
     last = comms.comms_last_completed(run)
     if fmt == "json":
@@ -172,3 +176,23 @@ def align_cmd(trace_dir, store, fmt):
     from analyses import comms
 
     _emit(comms.clock_offsets(_open(trace_dir, store)), fmt)
+
+
+@comms_group.command("bandwidth")
+@_trace_dir
+@store_option()
+@format_option()
+@click.option("--op", default=None, help="Only this op (all_reduce, all_gather, ...).")
+@_aligned
+@fail_cleanly
+def bandwidth_cmd(trace_dir, store, fmt, op, aligned):
+    """Bus bandwidth per process group, op and message-size bucket (nccl-tests factors).
+
+    \b
+    Example:
+      tracekit comms bandwidth runs/job42/
+      tracekit comms bandwidth runs/job42/ --op all_reduce --format csv
+    """
+    from analyses import comms
+
+    _emit(comms.bandwidth_report(_open(trace_dir, store), op, aligned=aligned), fmt)
