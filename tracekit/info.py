@@ -25,12 +25,13 @@ def run_info(run) -> dict:
     ranks = [int(r) for r in per_rank["rank"]]
     devices = sorted({d for v in per_rank["device_names"].dropna() for d in json.loads(v) if d})
     warnings = {src: e.warnings for src, e in sorted(m.sources.items()) if e.warnings}
+    traces = {src: e for src, e in sorted(m.sources.items()) if e.kind == "trace"}
     notes = []
     if len(sizes) > 1:
         notes.append(f"ranks disagree on the world size: {sorted(sizes)}")
     if world_size and len(ranks) < world_size:
         notes.append(f"{len(ranks)} of {world_size} ranks present (a sampled or partial trace set)")
-    for src, e in sorted(m.sources.items()):
+    for src, e in traces.items():
         if e.rank_source != "distributedInfo":
             notes.append(f"{src}: rank {e.rank} taken from the {'file name' if e.rank_source == 'filename' else e.rank_source}")
     return {
@@ -46,6 +47,7 @@ def run_info(run) -> dict:
         "per_rank": per_rank,
         "categories": categories,
         "skipped": {k: v.split("|", 2)[-1] for k, v in m.skipped.items()},
+        "flight_recorder_dumps": sorted(src for src, e in m.sources.items() if e.kind != "trace"),
         "warnings": warnings,
         "notes": notes,
     }

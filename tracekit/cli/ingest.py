@@ -96,6 +96,8 @@ def info_cmd(trace_dir, store, fmt):
     for src, ws_ in info["warnings"].items():
         for w in ws_:
             click.echo(f"warning: {src}: {w}")
+    if info["flight_recorder_dumps"]:
+        click.echo(f"flight-recorder dumps: {len(info['flight_recorder_dumps'])} (see tracekit comms check)")
     if info["skipped"]:
         click.echo(f"not traces (skipped): {', '.join(sorted(info['skipped']))}")
 

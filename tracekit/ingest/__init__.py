@@ -244,11 +244,15 @@ def _run(trace_dir, todo, staging, rank_from, forced, jobs, skip_bad, report, pr
             if bar:
                 bar.advance()
 
+    # One file alone gets two DuckDB converters (both cores); with several
+    # files the pool already keeps every core busy.
+    converters = 2 if len(tasks) == 1 and (os.cpu_count() or 1) >= 2 else 1
     try:
         if jobs == 1:  # in-process: no start-up cost for the common one-file case
             for t in tasks:
                 done(t["source"], lambda t=t: ingest_kineto(t["path"], t["source"], t["stage"],
-                                                           rank_from=t["rank_from"], forced_rank=t["forced_rank"]))
+                                                           rank_from=t["rank_from"], forced_rank=t["forced_rank"],
+                                                           converters=converters))
         else:
             run_pool(tasks, jobs, done)
     finally:
