@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from tracekit.comms import prepare
 
-from ._sql import query
+from ._sql import query, with_note
 
 
 def clock_offsets(run):
     """Per rank: the estimated correction to add to its times, collectives used, residual."""
     prepare(run, None)
-    return query(run, "clock_offsets")
+    df = query(run, "clock_offsets")
+    if not len(df):
+        with_note(df, "no collective matched across two or more ranks: no clock offset can be estimated")
+    return df
 
 
 def estimate_offsets(run) -> dict[int, int]:

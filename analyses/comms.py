@@ -45,6 +45,8 @@ def _notes(run, df, offsets):
         if absent:
             notes.append(f"{len(absent)} group member(s) have no trace in this set (a sampled or partial set): "
                          "their arrivals and waits are unknown, skew and transfer are over the traced ranks only")
+    if not len(df):
+        notes.append("no collectives in this trace (no c10d/NCCL/gloo communication ops)")
     if notes:
         with_note(df, "; ".join(notes))
     return df
@@ -88,7 +90,12 @@ def has_flight_recorder(run) -> bool:
 def comms_check(run):
     """Flight-recorder problems per group and collective: missing ranks, op / size / dtype / state mismatches."""
     df = _lists(query(run, "comms_check"), ("ranks_present", "suspect_ranks", "values"))
-    return df if has_flight_recorder(run) else with_note(df, NO_FR)
+    if not has_flight_recorder(run):
+        return with_note(df, NO_FR)
+    if not len(df):
+        with_note(df, "no problems: every collective in the dumps was joined by all its group's ranks, "
+                      "with matching op, sizes, dtypes and states")
+    return df
 
 
 def comms_last_completed(run):

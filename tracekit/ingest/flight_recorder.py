@@ -7,6 +7,7 @@ refuses everything else: a pickle can run code when loaded, and dumps come from 
 from __future__ import annotations
 
 import gzip
+import zlib
 import io
 import json
 import os
@@ -54,8 +55,9 @@ def load_dump(path: str) -> dict:
             opener = gzip.open if head == b"\x1f\x8b" else open
             with opener(path, "rb") as f:
                 doc = json.loads(f.read())
-        except (OSError, ValueError) as e:
-            raise TraceFileError(path, f"not valid JSON ({e})") from None
+        except (OSError, EOFError, ValueError, RecursionError, zlib.error) as e:
+            # (a truncated gzip raises EOFError, a corrupt one zlib.error or OSError)
+            raise TraceFileError(path, f"not valid JSON ({type(e).__name__}: {e})") from None
     if not is_dump(doc):
         raise NotATraceError(path, "not a flight-recorder dump (no entries list)")
     return doc

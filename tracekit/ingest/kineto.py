@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from ..errors import TraceFileError
-from ..store.schema import ARG_COLUMNS, EVENT_COLUMNS, TABLES
+from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
 from .reader import CHUNK_BYTES, TraceStream
 
 _RANK_PATTERNS = (
@@ -53,37 +53,31 @@ class FileResult:
     world_size: int | None = None
 
 
+def _group_spec(group: str) -> tuple[str, list[str]]:
+    """json_transform's structure for one group of args, and the SELECT items
+    that name its fields as columns (struct `_<group>`)."""
+    spec: dict[str, str] = {}
+    cols = []
+    for a in ARG_COLUMNS:
+        if a.group == group:
+            spec[a.key] = a.sql_type
+            cols.append(f'_{group}."{a.key}" AS {a.column}')
+    return msgspec.json.encode(spec).decode().replace("'", "''"), cols
+
+
 def _typed_sql() -> str:
     """SQL from one chunk file of events (a JSON array) to the events schema.
 
-    DuckDB parses the JSON (vectorised, both cores). json_transform parses each
-    args object once into a typed struct (bad values become NULL; the original
-    stays in args_json). Struct field names are case-insensitive, so keys that
-    differ only in case ("bytes" of a memcpy, "Bytes" of a [memory] event) are
-    read with json_extract instead. Timestamps arrive as DOUBLE, exact to the
+    DuckDB parses the JSON. json_transform parses each args object once into a
+    typed struct of the "common" args (bad values become NULL; the original
+    stays in args_json); the sparse groups are read from args_json once per
+    file, see _derived_tables. Timestamps arrive as DOUBLE, exact to the
     ns below 2^42 us; larger fractional ones (old-style absolute times) come
     exactly from the text through the `ts_text` table, see _exact_ts.
     """
-    groups: dict[str, dict[str, str]] = {}
-    cols = []
-    for a in ARG_COLUMNS:
-        spec = groups.setdefault(a.group, {})
-        if a.key.lower() in {k.lower() for k in spec}:
-            cols.append(f"TRY_CAST(json_extract_string(args, '$.\"{a.key}\"') AS {a.sql_type}) AS {a.column}")
-            continue
-        spec[a.key] = a.sql_type
-        cols.append(f'_{a.group}."{a.key}" AS {a.column}')
-    # Each group of args is parsed only from the events that can carry it: the
-    # cost of json_transform grows with the number of keys it looks for.
-    when = {
-        "common": "ph <> 'M' AND name IS DISTINCT FROM '[memory]'",
-        "gpu": "cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')",
-        "comm": "(contains(args::VARCHAR, '\"Collective name\"') OR contains(args::VARCHAR, '\"Process Group'))",
-        "memory": "name = '[memory]'",
-    }
-    transforms = ",\n        ".join(
-        f"CASE WHEN {when[g]} THEN json_transform(args, '{msgspec.json.encode(spec).decode()}') END AS _{g}"
-        for g, spec in groups.items())
+    spec, cols = _group_spec("common")
+    transforms = (f"CASE WHEN ph <> 'M' AND name IS DISTINCT FROM '[memory]' "
+                  f"THEN json_transform(args, '{spec}') END AS _common")
     # pid/tid/id are integers except in a few events (Kineto's "Spans" rows):
     # read as text, keep the integer when there is one, else the label.
     columns = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
@@ -307,7 +301,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
 
 
 _MAX_OBJECT = 16 << 20
-_CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in EVENT_COLUMNS)
+_CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in STORED_EVENT_COLUMNS)
 
 
 def _write_events(con, params: dict, text: bytes, target: str) -> None:
@@ -403,10 +397,21 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
              AND a.flow_id_label IS NOT DISTINCT FROM b.flow_id_label
             ORDER BY coalesce(a.event_id, b.event_id)""",
         "memory": f"""
-            SELECT event_id, ts_ns, pid, tid, mem_addr AS addr, mem_bytes AS bytes,
-                   mem_total_allocated AS total_allocated, mem_total_reserved AS total_reserved,
-                   mem_device_type AS device_type, mem_device_id AS device_id
-            FROM {ev} WHERE ph = 'i' AND name = '[memory]' ORDER BY ts_ns, event_id""",
+            SELECT event_id, ts_ns, pid, tid, {", ".join(c.replace(" AS mem_", " AS ") for c in _group_spec("memory")[1])}
+            FROM (SELECT *, json_transform(args_json, '{_group_spec("memory")[0]}') AS _memory
+                  FROM {ev} WHERE ph = 'i' AND name = '[memory]')
+            ORDER BY ts_ns, event_id""",
+        # the sparse args: parsed only on the few events that carry them
+        "gpu_args": f"""
+            SELECT event_id, {", ".join(_group_spec("gpu")[1])}
+            FROM (SELECT event_id, json_transform(args_json, '{_group_spec("gpu")[0]}') AS _gpu
+                  FROM {ev} WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND args_json IS NOT NULL)
+            ORDER BY event_id""",
+        "comm_args": f"""
+            SELECT event_id, {", ".join(_group_spec("comm")[1])}
+            FROM (SELECT event_id, json_transform(args_json, '{_group_spec("comm")[0]}') AS _comm
+                  FROM {ev} WHERE contains(args_json, '"Collective name"') OR contains(args_json, '"Process Group'))
+            ORDER BY event_id""",
     }
     for table, sql in queries.items():
         cols = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in TABLES[table])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2  # 2: fr_entries table; flight-recorder dumps become sources
+SCHEMA_VERSION = 3  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,12 @@ ARG_COLUMNS: tuple[ArgColumn, ...] = (
     ArgColumn("mem_device_id", "Device Id", "BIGINT", "device index", "memory"),
 )
 
-# events: one row per trace event, every phase (X, i, C, s/f/t, M, ...).
-EVENT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+# events: one row per trace event, every phase (X, i, C, s/f/t, M, ...). These are
+# the columns of the `events` view; on disk the args of the "gpu" and "comm"
+# groups live in the sparse tables gpu_args and comm_args and the "memory" group
+# in the memory table (a NULL column in every row of a wide file costs ingest more
+# than a join costs a query).
+_EVENT_BASE: tuple[tuple[str, str, str], ...] = (
     ("event_id", "BIGINT", "index of the event in its file's traceEvents (stable id)"),
     ("ph", "VARCHAR", "phase: X complete, i instant, C counter, s/f flow, M metadata, ..."),
     ("cat", "VARCHAR", "category (cpu_op, kernel, cuda_runtime, ...); NULL when absent"),
@@ -90,9 +94,20 @@ EVENT_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("flow_id_label", "VARCHAR", "event id when the trace gives a string"),
     ("bp", "VARCHAR", "flow binding point"),
     ("scope", "VARCHAR", "instant event scope (s)"),
-) + tuple((a.column, a.sql_type, a.doc) for a in ARG_COLUMNS) + (
-    ("args_json", "VARCHAR", "the complete args object as compact JSON; NULL when absent"),
 )
+_ARGS_JSON = (("args_json", "VARCHAR", "the complete args object as compact JSON; NULL when absent"),)
+_EVENT_ID = (("event_id", "BIGINT", "the event (events.event_id)"),)
+
+
+def _args(group: str) -> tuple[tuple[str, str, str], ...]:
+    return tuple((a.column, a.sql_type, a.doc) for a in ARG_COLUMNS if a.group == group)
+
+
+EVENT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    _EVENT_BASE + tuple((a.column, a.sql_type, a.doc) for a in ARG_COLUMNS) + _ARGS_JSON)
+STORED_EVENT_COLUMNS = _EVENT_BASE + _args("common") + _ARGS_JSON
+GPU_ARG_COLUMNS = _EVENT_ID + _args("gpu")  # kernels, memcpys, memsets
+COMM_ARG_COLUMNS = _EVENT_ID + _args("comm")  # events with collective metadata
 
 # Other tables (one file per source trace, hive-partitioned by rank).
 RANK_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -191,7 +206,9 @@ FR_COLUMNS: tuple[tuple[str, str, str], ...] = (
 # Tables written per source file; each file of a table lives under
 # <store>/<table>/rank=<R>/<file-key>-<generation>.parquet
 TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "events": EVENT_COLUMNS,
+    "events": STORED_EVENT_COLUMNS,
+    "gpu_args": GPU_ARG_COLUMNS,
+    "comm_args": COMM_ARG_COLUMNS,
     "ranks": RANK_COLUMNS,
     "steps": STEP_COLUMNS,
     "flows": FLOW_COLUMNS,

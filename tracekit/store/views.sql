@@ -8,7 +8,21 @@ CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks;
 -- events: every trace event of every rank (X, i, C, s/f, M ...). Columns: schema.py EVENT_COLUMNS, plus
 --   rank    the global rank
 --   end_ns  ts_ns + dur_ns (ts_ns for events without duration)
-CREATE OR REPLACE VIEW events AS SELECT *, ts_ns + coalesce(dur_ns, 0) AS end_ns FROM _events;
+-- The sparse args (GPU op details, collective metadata, [memory] args) are stored in their own
+-- tables and joined back here.
+CREATE OR REPLACE VIEW events AS
+SELECT e.*, g.* EXCLUDE (rank, event_id), c.* EXCLUDE (rank, event_id),
+       m.addr AS mem_addr, m.bytes AS mem_bytes, m.total_allocated AS mem_total_allocated,
+       m.total_reserved AS mem_total_reserved, m.device_type AS mem_device_type, m.device_id AS mem_device_id,
+       e.ts_ns + coalesce(e.dur_ns, 0) AS end_ns
+FROM _events e
+LEFT JOIN _gpu_args g ON e.rank = g.rank AND e.event_id = g.event_id
+LEFT JOIN _comm_args c ON e.rank = c.rank AND e.event_id = c.event_id
+LEFT JOIN _memory m ON e.rank = m.rank AND e.event_id = m.event_id;
+
+-- gpu_args, comm_args: the sparse args tables (schema.py GPU_ARG_COLUMNS, COMM_ARG_COLUMNS, plus rank).
+CREATE OR REPLACE VIEW gpu_args AS SELECT * FROM _gpu_args;
+CREATE OR REPLACE VIEW comm_args AS SELECT * FROM _comm_args;
 
 -- steps: ProfilerStep#N annotations per rank (schema.py STEP_COLUMNS, plus rank).
 CREATE OR REPLACE VIEW steps AS SELECT * FROM _steps;
