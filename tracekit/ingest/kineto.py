@@ -82,9 +82,10 @@ def _typed_sql() -> str:
     # read as text, keep the integer when there is one, else the label.
     columns = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
                "dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', s: 'VARCHAR', args: 'JSON'}")
-    # (a strict digit test: TRY_CAST would also read '0x1f' and ' 7' as integers)
-    as_int = lambda c: f"CASE WHEN regexp_full_match({c}, '-?[0-9]{{1,18}}') THEN CAST({c} AS BIGINT) END"  # noqa: E731
-    label = lambda c: f"CASE WHEN NOT regexp_full_match({c}, '-?[0-9]{{1,18}}') THEN {c} END"  # noqa: E731
+    # An integer only when it prints back as the same text: TRY_CAST alone would
+    # also read '0x1f' or ' 7' as integers (cheaper than a regular expression).
+    as_int = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT)::VARCHAR = {c} THEN TRY_CAST({c} AS BIGINT) END"  # noqa: E731
+    label = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT)::VARCHAR IS DISTINCT FROM {c} THEN {c} END"  # noqa: E731
     # whole microseconds are exact as doubles up to 2^53: scale them as integers
     us_to_ns = lambda c: (f"CASE WHEN NOT abs({c}) < 9.2e15 THEN NULL "  # beyond int64 ns (or NaN)  # noqa: E731
                           f"WHEN {c} = trunc({c}) THEN TRY_CAST({c} AS BIGINT) * 1000 "
@@ -413,11 +414,21 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
                   FROM {ev} WHERE contains(args_json, '"Collective name"') OR contains(args_json, '"Process Group'))
             ORDER BY event_id""",
     }
-    for table, sql in queries.items():
-        cols = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in TABLES[table])
-        target = os.path.join(stage_dir, f"{table}.parquet")
-        con.sql(f"SELECT {cols} FROM ({sql})").write_parquet(target, compression="zstd")
-        out[table] = [target]
+    def write(table: str) -> None:
+        cur = con.cursor()  # queries run side by side: each writes its Parquet file on one thread
+        try:
+            cols = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in TABLES[table])
+            target = os.path.join(stage_dir, f"{table}.parquet")
+            cur.execute(f"COPY (SELECT {cols} FROM ({queries[table]})) TO '{_q(target)}' (FORMAT parquet, COMPRESSION zstd)")
+            out[table] = [target]
+        finally:
+            cur.close()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tracekit-derive") as pool:
+        for f in [pool.submit(write, table) for table in queries]:
+            f.result()
     return out
 
 
