@@ -6,8 +6,10 @@
 -- the runloop thread; the group from distributedInfo). Times are ns on the trace clocks plus clock_offset_ns.
 --
 -- @column rank              global rank
+-- @column source            kineto (the traces) | nccl_inspector (NCCL Inspector logs in the trace directory)
 -- @column step              ProfilerStep#N of the call (of the kernel's launch without a call)
--- @column match_key         cross-rank key: id:<Comms Id>, else pg:<group>:seq:<Seq>, else pg:<group>:n:<ordinal>
+-- @column match_key         cross-rank key: id:<Comms Id>, else pg:<group>:seq:<Seq>, else pg:<group>:n:<ordinal>;
+--                           Inspector rows: nccl:<comm hash>:sn:<coll_sn>
 -- @column match_by          comms_id | seq | ordinal
 -- @column ordinal           n-th collective of this process group on this rank, by time
 -- @column pg_name           process group name ('world'-keyed NULL when the trace does not say)
@@ -40,18 +42,18 @@
 -- @column clock_offset_ns   correction added to this rank's times (0 unless aligned)
 -- @column start_ns          arrival: kernel start (gpu) or call start (cpu)
 -- @column end_ns            finish: kernel end, or runloop / call end
--- @column dur_ns            end_ns - start_ns
+-- @column dur_ns            end_ns - start_ns (Inspector: its exec time, known without start/end)
 -- @column arrival_delay_ns  start_ns - first arrival among the participants
 -- @column is_last_arrival   this rank arrived last (of two or more timed participants)
 -- @column wait_ns           dur_ns - transfer_ns of the matched collective (time spent waiting for others), >= 0
-SELECT r.rank, r.step, r.match_key, r.match_by, r.ordinal, r.pg_name, r.pg_desc, r.pg_ranks, r.pg_source, r.group_size,
+SELECT r.rank, r.source, r.step, r.match_key, r.match_by, r.ordinal, r.pg_name, r.pg_desc, r.pg_ranks, r.pg_source, r.group_size,
        r.op, r.coll_name, r.dtype, r.elem_bytes, r.in_nelems, r.out_nelems, r.bytes, r.size_source, r.timeline,
        r.cpu_name, r.cpu_event_id, r.cpu_start_ns, r.cpu_end_ns, r.kernel_name, r.kernel_event_id, r.kernel_count,
        r.kernel_start_ns, r.kernel_end_ns, r.annotation_name, r.runloop_tid, r.runloop_start_ns, r.runloop_end_ns,
-       r.clock_offset_ns, r.start_ns, r.end_ns, r.end_ns - r.start_ns AS dur_ns,
+       r.clock_offset_ns, r.start_ns, r.end_ns, r.dur_ns,
        r.start_ns - m.first_arrival_ns AS arrival_delay_ns,
        coalesce(len(m.timed_ranks) >= 2 AND r.rank = m.last_arrival_rank, false) AS is_last_arrival,
-       greatest(r.end_ns - r.start_ns - m.transfer_ns, 0) AS wait_ns
+       greatest(r.dur_ns - m.transfer_ns, 0) AS wait_ns
 FROM _comm_rows r JOIN _comm_matched m USING (match_key)
 WHERE ($rank IS NULL OR r.rank = $rank)
 ORDER BY r.rank, r.pg_name NULLS FIRST, r.ordinal

@@ -7,7 +7,8 @@
 -- and complete is false.
 --
 -- @column match_key         cross-rank key (see collectives)
--- @column match_by          comms_id | seq | ordinal
+-- @column match_by          comms_id | seq | ordinal | inspector
+-- @column source            kineto | nccl_inspector (the same collective can appear once from each)
 -- @column op                collective op (the most common across participants)
 -- @column pg_name           process group name (NULL when the trace does not say)
 -- @column pg_desc           process group description
@@ -20,7 +21,7 @@
 -- @column n_participants    how many
 -- @column ranks_not_traced  group members without a trace in this set
 -- @column ranks_missing     group members with a trace but without this collective
--- @column complete          every group member recorded it
+-- @column complete          every group member recorded it (Inspector: as many participants as the communicator has)
 -- @column consistent        every participant reports the same op and size
 -- @column first_arrival_ns  earliest start_ns
 -- @column last_arrival_ns   latest start_ns
@@ -35,9 +36,9 @@
 -- @column algbw_gbps        bytes / transfer_ns, GB/s (1e9 bytes/s)
 -- @column busbw_factor      nccl-tests factor: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; else 1
 -- @column busbw_gbps        algbw_gbps * busbw_factor
-SELECT match_key, match_by, op, pg_name, pg_desc, group_size, dtype, bytes, step, timeline,
+SELECT match_key, match_by, source, op, pg_name, pg_desc, group_size, dtype, bytes, step, timeline,
        participants, n_participants, ranks_not_traced, ranks_missing,
-       len(ranks_not_traced) = 0 AND len(ranks_missing) = 0 AS complete,
+       coalesce(len(ranks_not_traced) = 0 AND len(ranks_missing) = 0, n_participants = group_size) AS complete,
        op_variants = 1 AND bytes_variants <= 1 AS consistent,
        first_arrival_ns, last_arrival_ns, first_arrival_rank, last_arrival_rank, arrival_skew_ns,
        first_end_ns, last_end_ns, min_dur_ns, median_dur_ns, transfer_ns,

@@ -104,7 +104,21 @@ def comms_last_completed(run):
     return df if has_flight_recorder(run) else with_note(df, NO_FR)
 
 
-def bandwidth_report(run, op: str | None = None, *, aligned: bool = False):
-    """busbw per process group, op and size bucket (nccl-tests factors), with the slow outliers counted."""
+def has_nccl_tests(run) -> bool:
+    return bool(run.sql("SELECT count(*) AS n FROM nccl_tests")["n"].iloc[0])
+
+
+def bandwidth_report(run, op: str | None = None, *, below_ref_pct: float = 50.0, aligned: bool = False):
+    """busbw per source, process group, op and size bucket (nccl-tests factors), with the slow outliers counted
+    and, when the store holds an nccl-tests reference, busbw against it (below_ref_pct: the flag threshold)."""
+    if not 0 < below_ref_pct <= 100:
+        from tracekit.errors import TracekitError
+
+        raise TracekitError(f"--below-ref-pct {below_ref_pct}: give a percentage in (0, 100]")
     offsets = _setup(run, aligned)
-    return _notes(run, _lists(query(run, "bandwidth_report", op=op)), offsets)
+    df = _notes(run, _lists(query(run, "bandwidth_report", op=op, below_ref_pct=float(below_ref_pct))), offsets)
+    if len(df) and not has_nccl_tests(run):
+        note = df.attrs.get("note")
+        with_note(df, "; ".join(filter(None, [note, "no nccl-tests reference in the store (tracekit ingest DIR "
+                                              "--nccl-tests FILE): ref_* columns are empty"])))
+    return df

@@ -183,16 +183,29 @@ def align_cmd(trace_dir, store, fmt):
 @store_option()
 @format_option()
 @click.option("--op", default=None, help="Only this op (all_reduce, all_gather, ...).")
+@click.option("--below-ref-pct", type=float, default=50.0, show_default=True,
+              help="Flag collectives whose busbw is under this percentage of the nccl-tests reference at their size.")
 @_aligned
 @fail_cleanly
-def bandwidth_cmd(trace_dir, store, fmt, op, aligned):
+def bandwidth_cmd(trace_dir, store, fmt, op, below_ref_pct, aligned):
     """Bus bandwidth per process group, op and message-size bucket (nccl-tests factors).
+
+    With an nccl-tests reference in the store (`tracekit ingest DIR --nccl-tests
+    FILE`), each bucket also gives ref_busbw_gbps, busbw_vs_ref_pct and how many
+    collectives fell under --below-ref-pct of the reference.
 
     \b
     Example:
       tracekit comms bandwidth runs/job42/
       tracekit comms bandwidth runs/job42/ --op all_reduce --format csv
+      tracekit ingest runs/job42/ --nccl-tests all_reduce.json
+      tracekit comms bandwidth runs/job42/ --below-ref-pct 70
     """
     from analyses import comms
 
-    _emit(comms.bandwidth_report(_open(trace_dir, store), op, aligned=aligned), fmt)
+    df = comms.bandwidth_report(_open(trace_dir, store), op, below_ref_pct=below_ref_pct, aligned=aligned)
+    if fmt == "table":
+        for row in df[df["below_ref_count"] > 0].itertuples():
+            echo_err(f"below reference: {row.below_ref_count} {row.op} collective(s) of ~{row.size_bucket_bytes} B "
+                     f"at {row.busbw_vs_ref_pct:.0f}% of nccl-tests busbw ({row.ref_busbw_gbps:.2f} GB/s)")
+    _emit(df, fmt)

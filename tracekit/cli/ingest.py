@@ -19,8 +19,11 @@ from ._common import echo_err, emit, fail_cleanly, format_option, store_option
 @click.option("--skip-bad", is_flag=True, help="Leave out unreadable traces (listed) instead of failing.")
 @click.option("--force", is_flag=True, help="Re-ingest every file, even unchanged ones.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
+@click.option("--nccl-tests", "nccl_tests", multiple=True, metavar="FILE",
+              help="nccl-tests output (the -J JSON, or the printed table) to keep as the reference bandwidth "
+                   "curve for `tracekit comms bandwidth`; repeat for several ops. Kept by later ingests until --force.")
 @fail_cleanly
-def ingest_cmd(trace_dir, store, rank_from, jobs, skip_bad, force, quiet):
+def ingest_cmd(trace_dir, store, rank_from, jobs, skip_bad, force, quiet, nccl_tests):
     """Ingest a directory of per-rank Kineto traces into a Parquet store.
 
     Unchanged files are skipped; a changed file replaces its partition; a bad
@@ -30,10 +33,11 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, skip_bad, force, quiet):
     Example:
       tracekit ingest runs/job42/
       tracekit ingest runs/job42/ --store /scratch/job42.store --rank-from filename
+      tracekit ingest runs/job42/ --nccl-tests all_reduce.json --nccl-tests all_gather_perf.txt
     """
     from ..ingest import ingest
 
-    r = ingest(trace_dir, store, rank_from=rank_from, jobs=jobs, skip_bad=skip_bad, force=force,
+    r = ingest(trace_dir, store, rank_from=rank_from, jobs=jobs, skip_bad=skip_bad, force=force, nccl_tests=nccl_tests,
                on_wait=lambda: echo_err("waiting for another tracekit ingest of this store to finish ..."))
     for source, warnings in r.warnings.items():
         for w in warnings:

@@ -221,10 +221,27 @@ SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ra
                           coalesce(t.cpu_event_id, t.kernel_event_id)) AS ordinal
 FROM typed t;
 
--- _comm_rows: _comm_rows_raw with the clock correction applied and the cross-rank match key.
+-- _comm_inspector_rows: NCCL Inspector records as collectives rows. The key is (comm hash, coll_sn), which
+-- every rank of the communicator shares. The plugin logs a per-rank message size: AllGather / ReduceScatter
+-- move n_ranks times that (its own bandwidth code says so). Times exist only in verbose dumps (epoch us, the
+-- host clock, not a trace's); otherwise the duration alone is known, which still gives transfer and waits.
+CREATE OR REPLACE TEMP VIEW _comm_inspector_rows AS
+SELECT rank, NULL::BIGINT AS step, 'nccl_inspector' AS source, op, coll AS coll_name, NULL AS dtype,
+       CASE WHEN op IN ('all_gather', 'reduce_scatter') THEN msg_size_bytes * n_ranks ELSE msg_size_bytes END AS bytes,
+       'inspector' AS size_source, n_ranks AS group_size, comm_hash AS pg_name, NULL AS pg_desc,
+       NULL::BIGINT[] AS pg_ranks, 'inspector' AS pg_source, 'inspector' AS timeline, coll_sn AS ordinal,
+       0::BIGINT AS clock_offset_ns,
+       kernel_start_us * 1000 AS start_ns,
+       kernel_start_us * 1000 + round(exec_time_us * 1000)::BIGINT AS end_ns,
+       round(exec_time_us * 1000)::BIGINT AS dur_ns,
+       'inspector' AS match_by, 'nccl:' || comm_hash || ':sn:' || coll_sn AS match_key
+FROM nccl_inspector;
+
+-- _comm_rows: _comm_rows_raw with the clock correction applied and the cross-rank match key, plus the
+-- Inspector's rows (source says which).
 -- start_ns is the arrival: the kernel start on a GPU, the call on a CPU (gloo) rank; end_ns is when the
 -- collective finished there: the kernel end, or the end of the runloop's work (else of the call).
-CREATE OR REPLACE TEMP VIEW _comm_rows AS
+CREATE OR REPLACE TEMP VIEW _comm_trace_rows AS
 SELECT r.*,
        coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS clock_offset_ns,
        CASE r.timeline WHEN 'gpu' THEN r.kernel_start_ns WHEN 'cpu' THEN r.cpu_start_ns END
@@ -239,19 +256,25 @@ FROM _comm_rows_raw r
 LEFT JOIN _comm_clock_offsets o ON o.rank = r.rank
 LEFT JOIN ranks k ON k.rank = r.rank;
 
+CREATE OR REPLACE TEMP VIEW _comm_rows AS
+SELECT *, 'kineto' AS source, end_ns - start_ns AS dur_ns FROM _comm_trace_rows
+UNION ALL BY NAME
+SELECT * FROM _comm_inspector_rows;
+
 -- _comm_matched: one row per collective instance (match_key) across the ranks that recorded it.
 CREATE OR REPLACE TEMP VIEW _comm_matched AS
 WITH g AS (
-  SELECT match_key, any_value(match_by) AS match_by, mode(op) AS op, count(DISTINCT op) AS op_variants,
+  SELECT match_key, any_value(match_by) AS match_by, any_value(source) AS source, mode(op) AS op, count(DISTINCT op) AS op_variants,
          mode(pg_name) AS pg_name, mode(pg_desc) AS pg_desc, arg_max(pg_ranks, len(pg_ranks)) AS pg_ranks,
          max(group_size) AS group_size, mode(dtype) AS dtype, max(bytes) AS bytes, count(DISTINCT bytes) AS bytes_variants,
          min(step) AS step, mode(timeline) AS timeline,
          list(rank ORDER BY rank) AS participants,
          list(rank ORDER BY rank) FILTER (WHERE start_ns IS NOT NULL) AS timed_ranks,
          min(start_ns) AS first_arrival_ns, max(start_ns) AS last_arrival_ns,
-         arg_min(rank, start_ns) AS first_arrival_rank, arg_max(rank, start_ns) AS last_arrival_rank,
+         -- ties (equal starts) go to the lowest rank, as TraceLens counts them, whatever order the rows come in
+         arg_min(rank, [start_ns, rank]) AS first_arrival_rank, arg_max(rank, [start_ns, -rank]) AS last_arrival_rank,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
-         min(end_ns - start_ns) AS min_dur_ns, median(end_ns - start_ns) AS median_dur_ns
+         min(dur_ns) AS min_dur_ns, median(dur_ns) AS median_dur_ns
   FROM _comm_rows GROUP BY match_key
 ),
 traced AS (SELECT list(rank ORDER BY rank) AS ranks FROM ranks)

@@ -23,6 +23,7 @@ from ..store.manifest import Manifest, SourceEntry
 from ..store.schema import SCHEMA_VERSION, TABLES
 from .flight_recorder import FR_SUFFIXES, ingest_flight_recorder, is_fr_candidate
 from .kineto import FileResult, ingest_kineto
+from .nccl import INSPECTOR_SUFFIXES, ingest_inspector, ingest_nccl_tests, is_inspector_candidate
 from .worker import run_pool
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -87,6 +88,10 @@ def discover(trace_dir: str, store_dir: str | None = None) -> list[str]:
         for name in files:
             if name.endswith(TRACE_SUFFIXES + FR_SUFFIXES) and not name.startswith("."):
                 found.append(os.path.relpath(os.path.join(root, name), trace_dir))
+            elif name.endswith(INSPECTOR_SUFFIXES) and not name.startswith(".") \
+                    and is_inspector_candidate(os.path.join(root, name)):
+                # other *.log files are not ours to list as "not traces"
+                found.append(os.path.relpath(os.path.join(root, name), trace_dir))
     return sorted(found)
 
 
@@ -100,11 +105,13 @@ def _sha256(path: str) -> str:
 
 def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "auto", jobs: int | None = None,
            skip_bad: bool = False, force: bool = False, progress: bool | None = None,
-           on_wait=None) -> IngestReport:
+           on_wait=None, nccl_tests: list[str] | tuple[str, ...] = ()) -> IngestReport:
     """Bring the store of trace_dir up to date with the traces in it.
 
     rank_from: "auto" (distributedInfo, else file name), "filename", "order"
     (sorted file names get ranks 0..N-1) or "regex:<pattern with one group>".
+    nccl_tests: nccl-tests result files (JSON or text) to keep as the reference bandwidth curve; files given
+    by an earlier ingest stay until --force.
     Raises TracekitError subclasses for bad input; the store is then unchanged.
     """
     t0 = time.perf_counter()
@@ -125,6 +132,7 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         manifest = Manifest(trace_dir=trace_dir)
         todo: list[tuple[str, str]] = []  # (source, sha256)
         fr_todo: set[str] = set()  # sources in todo that are flight-recorder dumps
+        insp_todo: set[str] = set()  # sources in todo that are NCCL Inspector logs
         stats: dict[str, os.stat_result] = {}
         for source in discover(trace_dir, store_dir):
             path = os.path.join(trace_dir, source)
@@ -138,6 +146,10 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
             if old and source in old.skipped and prev is None and _same_stat(old.skipped[source], st):
                 manifest.skipped[source] = old.skipped[source]
                 report.skipped[source] = old.skipped[source].split("|", 2)[-1]
+                continue
+            if path.endswith(INSPECTOR_SUFFIXES) or (not path.endswith(FR_SUFFIXES) and is_inspector_candidate(path)):
+                insp_todo.add(source)  # detected by content: one Inspector record per line
+                todo.append((source, _sha256(path)))
                 continue
             try:
                 if path.endswith(FR_SUFFIXES):
@@ -173,13 +185,22 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
             raise TracekitError(f"{trace_dir}: no Kineto traces found (*.json, *.json.gz with traceEvents){what}{bad}")
 
         forced = _forced_ranks(rank_from, sorted({*(k for k, e in manifest.sources.items() if e.kind == "trace"),
-                                                  *(s for s, _ in todo if s not in fr_todo)}))
+                                                  *(s for s, _ in todo if s not in fr_todo | insp_todo)}))
+        # nccl-tests references: passed ones are read again; earlier ones are kept as they were
+        ref_paths = {_NCCL_TESTS_PREFIX + os.path.abspath(p): p for p in nccl_tests}
+        if old:
+            for key, e in old.sources.items():
+                if e.kind == "nccl_tests" and key not in ref_paths:
+                    manifest.sources[key] = e
+            report.removed = [k for k in report.removed if k not in manifest.sources]
         gen = uuid.uuid4().hex[:12]
         staging = os.path.join(store_dir, "staging", gen)
         try:
-            results = _run(trace_dir, [t for t in todo if t[0] not in fr_todo], staging, rank_from, forced, jobs,
-                           skip_bad, report, progress)
+            refs = _run_nccl_tests(ref_paths, staging)  # first: a bad reference fails before the long part
+            results = _run(trace_dir, [t for t in todo if t[0] not in fr_todo | insp_todo], staging, rank_from, forced,
+                           jobs, skip_bad, report, progress)
             results.update(_run_fr(trace_dir, [s for s, _ in todo if s in fr_todo], staging, skip_bad, report))
+            results.update(_run_inspector(trace_dir, [s for s, _ in todo if s in insp_todo], staging, skip_bad, report))
             for source, digest in todo:
                 if source not in results:
                     continue
@@ -189,10 +210,16 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
                     size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, rank=r.rank, rank_source=r.rank_source,
                     event_count=r.event_count, lost_event_count=r.lost_event_count, warnings=r.warnings,
                     files={}, world_size=r.world_size, ingested_ns=time.time_ns(),
-                    kind="flight_recorder" if source in fr_todo else "trace")
+                    kind="flight_recorder" if source in fr_todo else "nccl_inspector" if source in insp_todo else "trace")
                 if r.warnings:
                     report.warnings[source] = r.warnings
                 report.ingested.append(source)
+            for key, (r, st, digest) in refs.items():
+                manifest.sources[key] = SourceEntry(
+                    size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, rank=r.rank, rank_source=r.rank_source,
+                    event_count=r.event_count, lost_event_count=0, warnings=[], files={}, ingested_ns=time.time_ns(),
+                    kind="nccl_tests")
+                results[key] = r
             _check_ranks(trace_dir, manifest)
             if not manifest.sources:
                 raise TracekitError(f"{trace_dir}: no trace could be ingested: " +
@@ -258,6 +285,42 @@ def _run(trace_dir, todo, staging, rank_from, forced, jobs, skip_bad, report, pr
     finally:
         if bar:
             bar.close()
+    return results
+
+
+_NCCL_TESTS_PREFIX = "nccl-tests:"  # manifest key of a reference file (it lives outside the trace directory)
+
+
+def _run_nccl_tests(ref_paths: dict[str, str], staging: str) -> dict:
+    """key -> (FileResult, stat, sha256) per nccl-tests file; any unreadable one is the user's error, named
+    with its option (never skipped: a missing reference would silently change the report)."""
+    out = {}
+    for i, (key, given) in enumerate(sorted(ref_paths.items())):
+        path = os.path.abspath(given)
+        try:
+            st = os.stat(path)
+            r = ingest_nccl_tests(path, path, os.path.join(staging, f"nt{i:06d}"))
+        except FileNotFoundError:
+            raise TracekitError(f"--nccl-tests {given}: no such file") from None
+        except OSError as e:
+            raise TracekitError(f"--nccl-tests {given}: cannot read the file ({e.strerror})") from None
+        except TraceFileError as e:
+            raise TracekitError(f"--nccl-tests {given}: {e.reason}") from None
+        out[key] = (r, st, _sha256(path))
+    return out
+
+
+def _run_inspector(trace_dir, sources, staging, skip_bad, report) -> dict[str, FileResult]:
+    """NCCL Inspector logs: small JSON lines, read in-process; the rank comes from the records' headers."""
+    results = {}
+    for i, source in enumerate(sources):
+        try:
+            results[source] = ingest_inspector(os.path.join(trace_dir, source), source,
+                                               os.path.join(staging, f"ni{i:06d}"))
+        except TraceFileError as e:
+            if not skip_bad:
+                raise
+            report.failed[source] = e.reason
     return results
 
 

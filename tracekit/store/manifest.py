@@ -33,7 +33,7 @@ class SourceEntry:
     files: dict[str, list[str]]  # table -> paths relative to the store
     world_size: int | None = None
     ingested_ns: int = 0
-    kind: str = "trace"  # trace | flight_recorder
+    kind: str = "trace"  # trace | flight_recorder | nccl_inspector | nccl_tests (rank -1)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 3  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables
+SCHEMA_VERSION = 4  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables; 4: nccl_tests, nccl_inspector
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,44 @@ FR_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("source_file", "VARCHAR", "dump file, relative to the trace directory"),
 )
 
+# nccl_tests: the reference curve of an nccl-tests run (ingest/nccl.py), under rank=-1 (no rank's).
+NCCL_TESTS_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("op", "VARCHAR", "collective op tested (all_reduce, all_gather, ...), from the test binary's name"),
+    ("size_bytes", "BIGINT", "message size, nccl-tests convention (all_gather: output buffer)"),
+    ("count", "BIGINT", "elements"),
+    ("dtype", "VARCHAR", "element type as nccl-tests names it (float, half, ...)"),
+    ("redop", "VARCHAR", "reduction op (sum, ...; none for gathers)"),
+    ("root", "BIGINT", "root rank (-1: none)"),
+    ("time_us", "DOUBLE", "average time per collective, us"),
+    ("algbw_gbps", "DOUBLE", "algorithm bandwidth, GB/s (1e9 bytes/s)"),
+    ("busbw_gbps", "DOUBLE", "bus bandwidth, GB/s"),
+    ("in_place", "BOOLEAN", "the in-place half of the row"),
+    ("nwrong", "BIGINT", "wrong elements (NULL: not validated)"),
+    ("source_file", "VARCHAR", "the nccl-tests file (absolute path, as passed to --nccl-tests)"),
+)
+
+# nccl_inspector: NCCL Inspector plugin records (ingest/nccl.py), partitioned by the process's global rank.
+NCCL_INSPECTOR_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("comm_hash", "VARCHAR", "communicator hash (header.id, \"0x...\")"),
+    ("comm_rank", "BIGINT", "rank in the communicator"),
+    ("n_ranks", "BIGINT", "ranks in the communicator"),
+    ("nnodes", "BIGINT", "nodes of the communicator"),
+    ("coll", "VARCHAR", "collective as NCCL names it (AllReduce, ...)"),
+    ("op", "VARCHAR", "canonical op (all_reduce, ...)"),
+    ("coll_sn", "BIGINT", "collective sequence number in the communicator"),
+    ("msg_size_bytes", "BIGINT", "message size per rank (coll_msg_size_bytes)"),
+    ("exec_time_us", "DOUBLE", "execution time, us (slowest kernel channel)"),
+    ("timing_source", "VARCHAR", "kernel_gpu | kernel_cpu | collective_cpu"),
+    ("algbw_gbps", "DOUBLE", "algbw the plugin computed, GB/s"),
+    ("busbw_gbps", "DOUBLE", "busbw the plugin computed, GB/s"),
+    ("coll_start_us", "BIGINT", "collective start, epoch us (verbose dumps only)"),
+    ("kernel_start_us", "BIGINT", "first kernel channel start, epoch us (verbose dumps only)"),
+    ("hostname", "VARCHAR", "host"),
+    ("pid", "BIGINT", "process id"),
+    ("dump_timestamp_us", "BIGINT", "when the record was written, epoch us"),
+    ("source_file", "VARCHAR", "log file, relative to the trace directory"),
+)
+
 # Tables written per source file; each file of a table lives under
 # <store>/<table>/rank=<R>/<file-key>-<generation>.parquet
 TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -214,4 +252,6 @@ TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "flows": FLOW_COLUMNS,
     "memory": MEMORY_COLUMNS,
     "fr_entries": FR_COLUMNS,
+    "nccl_tests": NCCL_TESTS_COLUMNS,
+    "nccl_inspector": NCCL_INSPECTOR_COLUMNS,
 }

@@ -33,6 +33,12 @@ CREATE OR REPLACE VIEW flows AS SELECT * FROM _flows;
 -- fr_entries: flight-recorder entries per rank (schema.py FR_COLUMNS, plus rank).
 CREATE OR REPLACE VIEW fr_entries AS SELECT * FROM _fr_entries;
 
+-- nccl_tests: nccl-tests reference rows (schema.py NCCL_TESTS_COLUMNS; rank is -1: no rank's).
+CREATE OR REPLACE VIEW nccl_tests AS SELECT * FROM _nccl_tests;
+
+-- nccl_inspector: NCCL Inspector records per rank (schema.py NCCL_INSPECTOR_COLUMNS, plus rank).
+CREATE OR REPLACE VIEW nccl_inspector AS SELECT * FROM _nccl_inspector;
+
 -- memory: [memory] instant events (allocations and frees) per rank.
 CREATE OR REPLACE VIEW memory AS SELECT * FROM _memory;
 
