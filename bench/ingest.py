@@ -48,6 +48,31 @@ dt = time.perf_counter() - t
 print(json.dumps({"s": dt, "gunzip_s": t1 - t, "decode_s": time.perf_counter() - t1, "bytes": size}))
 """
 
+_DECODERS = """
+import json, os, sys, time, zlib, glob
+raw = b"".join(zlib.decompress(open(f, "rb").read(), 31) if open(f, "rb").read(2) == b"\x1f\x8b" else open(f, "rb").read()
+               for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json*"))))
+out = {}
+def best(fn):
+    t = []
+    for _ in range(3):
+        t0 = time.perf_counter(); fn(); t.append(time.perf_counter() - t0)
+    return min(t)
+out["json"] = best(lambda: json.loads(raw))
+try:
+    import orjson
+    out["orjson"] = best(lambda: orjson.loads(raw))
+except ImportError:
+    pass
+import msgspec
+out["msgspec"] = best(lambda: msgspec.json.decode(raw))
+split = msgspec.json.Decoder(list[msgspec.Raw])
+class _Top(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] = []
+out["msgspec split into raw events"] = best(lambda: msgspec.json.decode(raw, type=_Top))
+print(json.dumps(out))
+"""
+
 _HTA = """
 import json, logging, os, sys, time, io, contextlib
 logging.disable(logging.CRITICAL)
@@ -79,6 +104,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ingest = [_run(_INGEST, a.trace_dir, os.path.join(tmp, "store")) for _ in range(a.repeat)]
         decode = [_run(_DECODE, a.trace_dir) for _ in range(a.repeat)]
+        decoders = _run(_DECODERS, a.trace_dir)
         hta = None
         if not a.no_hta:
             try:
@@ -102,6 +128,8 @@ def main() -> int:
     print(f"  ingest / bare decode               {ing['s'] / dec['s']:.2f}x (target <= 3x)")
     if hta:
         print(f"  HTA load / ingest                  {best(hta)['s'] / ing['s']:.2f}x faster (target >= 5x)")
+    print("  decoders on the same JSON (gunzipped, best of 3): " +
+          ", ".join(f"{k} {v:.3f} s" for k, v in decoders.items()))
     print()
     print("| measurement | time | ratio |")
     print("| --- | --- | --- |")

@@ -282,11 +282,16 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
 
     meta = stream.metadata
     events = f"read_parquet({_list_sql(parts)})"
-    bad = con.execute(f"SELECT min(event_id) FROM {events} WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)").fetchall()[0][0]
+    # one pass for the checks and the span the ranks row needs
+    n_events, first_ts, last_end, bad = con.execute(
+        f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)), "
+        f"min(event_id) FILTER (WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)) FROM {events}").fetchall()[0]
     if bad is not None:
         raise TraceFileError(path, f"traceEvents[{bad}]: a complete event (ph X) needs numeric 'ts' and 'dur'; fix or drop that event")
     late_base = _int(meta.get("baseTimeNanoseconds")) if "baseTimeNanoseconds" not in stream.head_metadata else None
     if late_base:  # the base came after traceEvents: shift what was written
+        first_ts, last_end = first_ts + late_base if first_ts is not None else None, \
+            last_end + late_base if last_end is not None else None
         for part in parts:
             con.sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet('{_q(part)}')").write_parquet(part + ".base", compression="zstd")
             os.replace(part + ".base", part)
@@ -294,7 +299,8 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
     rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank)
     staged = {"events": parts}
     staged.update(_derived_tables(con, stage_dir, events))
-    staged["ranks"] = [_write_rank_row(con, stage_dir, events, source, meta, stream, rank_source, world_size)]
+    staged["ranks"] = [_write_rank_row(con, stage_dir, (n_events, first_ts, last_end), source, meta, stream,
+                                       rank_source, world_size)]
     con.close()
     return FileResult(source=source, rank=rank, rank_source=rank_source, staged=staged,
                       event_count=stream.event_count, lost_event_count=stream.lost_events,
@@ -432,13 +438,12 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
     return out
 
 
-def _write_rank_row(con, stage_dir, events, source, meta, stream: TraceStream, rank_source, world_size) -> str:
+def _write_rank_row(con, stage_dir, span, source, meta, stream: TraceStream, rank_source, world_size) -> str:
     info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
     devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
     other = {k: v for k, v in meta.items() if k not in ("distributedInfo", "deviceProperties")}
     base = _int(meta.get("baseTimeNanoseconds"))
     hostname = next((str(meta[k]) for k in ("host_name", "hostname", "hostName") if meta.get(k)), None)
-    span = con.execute(f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)) FROM {events}").fetchall()[0]
     enc = lambda v: None if v is None else msgspec.json.encode(v).decode()  # noqa: E731
     row = {
         "world_size": world_size,

@@ -78,7 +78,7 @@ def parse_nccl_tests(path: str) -> list[dict]:
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise TraceFileError(path, f"not valid JSON ({e})") from None
         return _parse_json(doc, path)
     return _parse_text(text, path)
@@ -180,7 +180,7 @@ def is_inspector_candidate(path: str) -> bool:
                     return False
                 if line.strip():
                     return _inspector_record(json.loads(line))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return False
     return False
 
@@ -199,7 +199,7 @@ def inspector_rows(path: str, source: str) -> list[dict]:
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 # the plugin appends while the job runs: a torn last line is expected, anything else is not
                 if not f.read(1):
                     break
