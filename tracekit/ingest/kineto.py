@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import msgspec
 
 from ..errors import TraceFileError
@@ -172,8 +173,6 @@ def _prefetch(batches, depth: int = 1):
 
 
 def _connect(threads: int = 1):
-    import duckdb
-
     # A thread per converter: DuckDB reads one small JSON chunk on one thread,
     # and more threads only add per-thread buffers.
     con = duckdb.connect(config={"threads": threads, "memory_limit": "1GB"})
@@ -215,8 +214,6 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
 
     Raises TraceFileError (naming the file) on input that cannot be ingested.
     """
-    import duckdb
-
     os.makedirs(stage_dir, exist_ok=True)
     stream = TraceStream(path, chunk_bytes=chunk_bytes)
     # Converters: each a DuckDB connection (one thread) and its scratch file.
@@ -392,17 +389,21 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
                    sg.gpu_start_ns, sg.gpu_end_ns,
                    s.ts_ns = max(s.ts_ns) OVER () AS is_last
             FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns""",
+        # a flow's start (s) and end (f) share (cat, id); one aggregation pairs them
+        # (cheaper than a full outer join; a repeated id keeps its first start/end)
         "flows": f"""
-            WITH f AS (SELECT * FROM {ev} WHERE ph IN ('s', 'f', 't') AND (flow_id IS NOT NULL OR flow_id_label IS NOT NULL))
-            SELECT coalesce(a.cat, b.cat) AS cat, coalesce(a.flow_id, b.flow_id) AS flow_id,
-                   coalesce(a.flow_id_label, b.flow_id_label) AS flow_id_label,
-                   a.event_id AS start_event_id, a.ts_ns AS start_ts_ns, a.pid AS start_pid, a.tid AS start_tid,
-                   b.event_id AS end_event_id, b.ts_ns AS end_ts_ns, b.pid AS end_pid, b.tid AS end_tid
-            FROM (SELECT * FROM f WHERE ph = 's') a
-            FULL JOIN (SELECT * FROM f WHERE ph = 'f') b
-              ON a.cat IS NOT DISTINCT FROM b.cat AND a.flow_id IS NOT DISTINCT FROM b.flow_id
-             AND a.flow_id_label IS NOT DISTINCT FROM b.flow_id_label
-            ORDER BY coalesce(a.event_id, b.event_id)""",
+            SELECT cat, flow_id, flow_id_label,
+                   min(event_id) FILTER (WHERE ph = 's') AS start_event_id,
+                   arg_min(ts_ns, event_id) FILTER (WHERE ph = 's') AS start_ts_ns,
+                   arg_min(pid, event_id) FILTER (WHERE ph = 's') AS start_pid,
+                   arg_min(tid, event_id) FILTER (WHERE ph = 's') AS start_tid,
+                   min(event_id) FILTER (WHERE ph = 'f') AS end_event_id,
+                   arg_min(ts_ns, event_id) FILTER (WHERE ph = 'f') AS end_ts_ns,
+                   arg_min(pid, event_id) FILTER (WHERE ph = 'f') AS end_pid,
+                   arg_min(tid, event_id) FILTER (WHERE ph = 'f') AS end_tid
+            FROM {ev} WHERE ph IN ('s', 'f') AND (flow_id IS NOT NULL OR flow_id_label IS NOT NULL)
+            GROUP BY cat, flow_id, flow_id_label
+            ORDER BY coalesce(start_event_id, end_event_id)""",
         "memory": f"""
             SELECT event_id, ts_ns, pid, tid, {", ".join(c.replace(" AS mem_", " AS ") for c in _group_spec("memory")[1])}
             FROM (SELECT *, json_transform(args_json, '{_group_spec("memory")[0]}') AS _memory
@@ -417,7 +418,7 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
         "comm_args": f"""
             SELECT event_id, {", ".join(_group_spec("comm")[1])}
             FROM (SELECT event_id, json_transform(args_json, '{_group_spec("comm")[0]}') AS _comm
-                  FROM {ev} WHERE contains(args_json, '"Collective name"') OR contains(args_json, '"Process Group'))
+                  FROM {ev} WHERE {_COMM_ARGS})
             ORDER BY event_id""",
     }
     def write(table: str) -> None:
@@ -436,6 +437,10 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
         for f in [pool.submit(write, table) for table in queries]:
             f.result()
     return out
+
+
+# events whose args carry collective metadata (record_param_comms, NCCL kernels)
+_COMM_ARGS = "(contains(args_json, '\"Collective name\"') OR contains(args_json, '\"Process Group'))"
 
 
 def _write_rank_row(con, stage_dir, span, source, meta, stream: TraceStream, rank_source, world_size) -> str:
