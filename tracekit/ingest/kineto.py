@@ -433,7 +433,7 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
 
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tracekit-derive") as pool:
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="tracekit-derive") as pool:
         for f in [pool.submit(write, table) for table in queries]:
             f.result()
     return out
