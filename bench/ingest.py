@@ -50,7 +50,7 @@ print(json.dumps({"s": dt, "gunzip_s": t1 - t, "decode_s": time.perf_counter() -
 
 _DECODERS = """
 import json, os, sys, time, zlib, glob
-raw = b"".join(zlib.decompress(open(f, "rb").read(), 31) if open(f, "rb").read(2) == b"\x1f\x8b" else open(f, "rb").read()
+raw = b"".join(zlib.decompress(open(f, "rb").read(), 31) if open(f, "rb").read(2) == b"\\x1f\\x8b" else open(f, "rb").read()
                for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json*"))))
 out = {}
 def best(fn):
