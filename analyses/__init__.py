@@ -11,6 +11,7 @@ runs one by name.
 from __future__ import annotations
 
 from .comm_comp_overlap import comm_comp_overlap
+from .exposed_comm import exposed_comm
 from .critical_path import critical_path, critical_path_summary
 from .idle_time_breakdown import idle_time_breakdown
 from .kernel_breakdown import kernel_breakdown
@@ -24,7 +25,7 @@ from .registry import REGISTRY, run_analysis as analyze
 from .temporal_breakdown import temporal_breakdown
 from .trace_diff import trace_diff
 
-__all__ = ["REGISTRY", "analyze", "DEFAULT_RULES", "classify", "comm_comp_overlap", "idle_time_breakdown",
+__all__ = ["REGISTRY", "analyze", "DEFAULT_RULES", "classify", "comm_comp_overlap", "exposed_comm", "idle_time_breakdown",
            "kernel_breakdown", "kernel_classification", "temporal_breakdown", "gpu_time_by_annotation",
            "gpu_time_by_cpu_op", "kernel_sequences", "kernel_launch_outliers", "kernel_launch_stats", "memory_bandwidth",
            "memory_bandwidth_summary", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary", "trace_diff", "critical_path", "critical_path_summary"]

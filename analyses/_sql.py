@@ -16,11 +16,17 @@ _PARAM = re.compile(r"\$([A-Za-z_]\w*)")
 _COLUMN_DOC = re.compile(r"^--\s*@column\s+(\w+)\s+(.+)$")
 
 
+_INCLUDE = re.compile(r"^--\s*@include\s+(_\w+)\s*$", re.MULTILINE)
+
+
 @lru_cache(maxsize=None)
 def sql_text(name: str) -> str:
+    """analyses/<name>.sql with each `-- @include _fragment` line replaced by _fragment.sql, so that two
+    analyses computing the same quantity share one copy of its SQL (private fragments start with '_')."""
     # a file next to this module, not importlib.resources: editable installs expose this
     # package as a namespace package, which resources cannot read
-    return Path(__file__).with_name(f"{name}.sql").read_text(encoding="utf-8")
+    text = Path(__file__).with_name(f"{name}.sql").read_text(encoding="utf-8")
+    return _INCLUDE.sub(lambda m: sql_text(m.group(1)).rstrip() + "\n", text)
 
 
 def documented_columns(name: str) -> dict[str, str]:

@@ -24,52 +24,8 @@ WITH _iv AS (
   WHERE $cpu_fallback AND (NOT $by_step OR step IS NOT NULL)
     AND rank NOT IN (SELECT DISTINCT rank FROM _gpu_ops_classified)
 ),
-_groups AS (SELECT DISTINCT timeline, rank, step FROM _iv),
-_layers AS (SELECT kernel_class AS layer, * FROM _iv WHERE kernel_class IN ('communication', 'compute')),
-_flagged AS (
-  SELECT *, coalesce(ts_ns > max(end_ns) OVER (PARTITION BY layer, timeline, rank, step ORDER BY ts_ns, end_ns
-                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_island
-  FROM _layers
-),
-_numbered AS (
-  SELECT *, sum(starts_island::INTEGER) OVER (PARTITION BY layer, timeline, rank, step ORDER BY ts_ns, end_ns
-                                              ROWS UNBOUNDED PRECEDING) AS island
-  FROM _flagged
-),
-_islands AS (
-  SELECT layer, timeline, rank, step, island, min(ts_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS n
-  FROM _numbered GROUP BY ALL
-),
--- sweep over island edges: +1/-1 for communication, +2/-2 for compute; state 3 = both running
-_edges AS (
-  SELECT timeline, rank, step, start_ns AS t, CASE layer WHEN 'communication' THEN 1 ELSE 2 END AS d FROM _islands
-  UNION ALL
-  SELECT timeline, rank, step, end_ns, CASE layer WHEN 'communication' THEN -1 ELSE -2 END FROM _islands
-),
-_sweep AS (
-  SELECT timeline, rank, step, t,
-         sum(d) OVER (PARTITION BY timeline, rank, step ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS state,
-         lead(t) OVER (PARTITION BY timeline, rank, step ORDER BY t, d) AS next_t
-  FROM _edges
-),
-_overlap AS (
-  SELECT timeline, rank, step, sum(next_t - t) FILTER (WHERE state = 3) AS overlap_ns FROM _sweep GROUP BY ALL
-),
-_sums AS (
-  SELECT timeline, rank, step,
-         coalesce(sum(n) FILTER (WHERE layer = 'communication'), 0) AS comm_count,
-         coalesce(sum(end_ns - start_ns) FILTER (WHERE layer = 'communication'), 0) AS comm_ns,
-         coalesce(sum(end_ns - start_ns) FILTER (WHERE layer = 'compute'), 0) AS compute_ns
-  FROM _islands GROUP BY ALL
-)
-SELECT g.rank, g.step, g.timeline,
-       coalesce(s.comm_count, 0)::BIGINT AS comm_count,
-       coalesce(s.comm_ns, 0)::BIGINT AS comm_ns,
-       coalesce(s.compute_ns, 0)::BIGINT AS compute_ns,
-       coalesce(o.overlap_ns, 0)::BIGINT AS overlap_ns,
-       100.0 * coalesce(o.overlap_ns, 0) / nullif(s.comm_ns, 0) AS overlap_pct,
-       (coalesce(s.comm_ns, 0) - coalesce(o.overlap_ns, 0))::BIGINT AS exposed_comm_ns
-FROM _groups g
-LEFT JOIN _sums s ON s.timeline = g.timeline AND s.rank = g.rank AND s.step IS NOT DISTINCT FROM g.step
-LEFT JOIN _overlap o ON o.timeline = g.timeline AND o.rank = g.rank AND o.step IS NOT DISTINCT FROM g.step
-ORDER BY g.rank, g.step NULLS FIRST, g.timeline
+-- the union / sweep lives in _overlap.sql, shared with exposed_comm
+-- @include _overlap
+SELECT rank, step, timeline, comm_count, comm_ns, compute_ns, overlap_ns, overlap_pct, exposed_comm_ns
+FROM _overlap_rows
+ORDER BY rank, step NULLS FIRST, timeline

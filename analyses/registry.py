@@ -46,6 +46,7 @@ _ANALYSES = (
     Analysis("temporal_breakdown", "temporal_breakdown", "idle / compute / non-compute time per rank or step"),
     Analysis("kernel_classification", "kernel_classification", "class (communication/memory/compute/other) of every GPU op name"),
     Analysis("comm_comp_overlap", "comm_comp_overlap", "communication hidden under compute, and exposed communication"),
+    Analysis("exposed_comm", "exposed_comm", "communication not hidden behind compute, per rank and step (GPU or gloo)"),
     Analysis("idle_time_breakdown", "idle_time_breakdown", "idle time per stream: host wait / kernel wait / other"),
     Analysis("kernel_breakdown", "kernel_breakdown", "count / total / mean / p50 / p95 / max per kernel name or class"),
     Analysis("kernel_launch_stats", "kernel_launch", "launch delay and runtime-call duration per launch call"),

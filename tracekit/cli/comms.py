@@ -40,6 +40,7 @@ def comms_group():
       tracekit comms collectives runs/job42/
       tracekit comms stragglers runs/job42/ --format json
       tracekit comms check runs/job42/
+      tracekit comms exposed runs/job42/ --rank 0
     """
 
 
@@ -209,3 +210,30 @@ def bandwidth_cmd(trace_dir, store, fmt, op, below_ref_pct, aligned):
             echo_err(f"below reference: {row.below_ref_count} {row.op} collective(s) of ~{row.size_bucket_bytes} B "
                      f"at {row.busbw_vs_ref_pct:.0f}% of nccl-tests busbw ({row.ref_busbw_gbps:.2f} GB/s)")
     _emit(df, fmt)
+
+
+@comms_group.command("exposed")
+@_trace_dir
+@store_option()
+@format_option()
+@click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--step", type=int, default=None, help="Only this ProfilerStep#N.")
+@fail_cleanly
+def exposed_cmd(trace_dir, store, fmt, rank, step):
+    """Exposed communication per rank and step: communication time not hidden behind compute.
+
+    GPU ranks: communication kernels against compute kernels (the figures of
+    `tracekit analyze comm_comp_overlap --by-step`). gloo ranks: each collective
+    (call start -> runloop end) against the CPU ops of the thread that called it.
+    Stable JSON columns: rank, step, timeline, comm_ns, overlapped_ns,
+    exposed_comm_ns, exposed_pct, step_ns, exposed_step_pct.
+
+    \b
+    Example:
+      tracekit comms exposed runs/job42/
+      tracekit comms exposed runs/job42/ --rank 0 --step 3
+      tracekit comms exposed runs/job42/ --format json
+    """
+    from analyses.exposed_comm import exposed_comm
+
+    _emit(exposed_comm(_open(trace_dir, store), rank, step), fmt)
