@@ -199,8 +199,11 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
             refs = _run_nccl_tests(ref_paths, staging)  # first: a bad reference fails before the long part
             results = _run(trace_dir, [t for t in todo if t[0] not in fr_todo | insp_todo], staging, rank_from, forced,
                            jobs, skip_bad, report, progress)
-            results.update(_run_fr(trace_dir, [s for s, _ in todo if s in fr_todo], staging, skip_bad, report))
-            results.update(_run_inspector(trace_dir, [s for s, _ in todo if s in insp_todo], staging, skip_bad, report))
+            # the rank of a dump comes from its file name, of an Inspector log from its records' headers
+            results.update(_run_small(ingest_flight_recorder, "fr", trace_dir, [s for s, _ in todo if s in fr_todo],
+                                      staging, skip_bad, report))
+            results.update(_run_small(ingest_inspector, "ni", trace_dir, [s for s, _ in todo if s in insp_todo],
+                                      staging, skip_bad, report))
             for source, digest in todo:
                 if source not in results:
                     continue
@@ -310,27 +313,12 @@ def _run_nccl_tests(ref_paths: dict[str, str], staging: str) -> dict:
     return out
 
 
-def _run_inspector(trace_dir, sources, staging, skip_bad, report) -> dict[str, FileResult]:
-    """NCCL Inspector logs: small JSON lines, read in-process; the rank comes from the records' headers."""
+def _run_small(read, prefix: str, trace_dir, sources, staging, skip_bad, report) -> dict[str, FileResult]:
+    """Small side inputs (flight-recorder dumps, NCCL Inspector logs) are read in-process, one by one."""
     results = {}
     for i, source in enumerate(sources):
         try:
-            results[source] = ingest_inspector(os.path.join(trace_dir, source), source,
-                                               os.path.join(staging, f"ni{i:06d}"))
-        except TraceFileError as e:
-            if not skip_bad:
-                raise
-            report.failed[source] = e.reason
-    return results
-
-
-def _run_fr(trace_dir, sources, staging, skip_bad, report) -> dict[str, FileResult]:
-    """Flight-recorder dumps: small, read in-process; the rank comes from the file name (dumps hold none)."""
-    results = {}
-    for i, source in enumerate(sources):
-        try:
-            results[source] = ingest_flight_recorder(os.path.join(trace_dir, source), source,
-                                                     os.path.join(staging, f"fr{i:06d}"))
+            results[source] = read(os.path.join(trace_dir, source), source, os.path.join(staging, f"{prefix}{i:06d}"))
         except TraceFileError as e:
             if not skip_bad:
                 raise
