@@ -186,3 +186,19 @@ def test_query_connection_is_sandboxed(tiny_dir, tmp_path):
     assert not target.exists()
     with pytest.raises(TracekitError):
         run.sql("SET enable_external_access = true")
+
+
+def test_queries_cannot_overwrite_the_store(tiny_dir, tmp_path):
+    """The store's files are readable, and DuckDB would write wherever it may read."""
+    run = tracekit.open(str(tiny_dir), store=str(tmp_path / "s"))
+    victim = run.store.files("steps")[0]
+    before = open(victim, "rb").read()
+    for sql in (f"COPY (SELECT 1 AS x) TO '{victim}' (FORMAT parquet, USE_TMP_FILE false)",
+                f"ATTACH '{victim}' AS x", "INSTALL httpfs", "LOAD httpfs",
+                f"EXPORT DATABASE '{tmp_path / 'export'}'"):
+        with pytest.raises(TracekitError) as e:
+            run.sql(sql)
+        assert "refused" in str(e.value) or "Permission" in str(e.value), sql
+    assert open(victim, "rb").read() == before
+    assert not (tmp_path / "export").exists()
+    assert len(run.sql("SELECT * FROM steps")) == 4  # reading still works

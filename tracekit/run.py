@@ -27,15 +27,17 @@ class Run:
     """SQL over one run's store. DataFrames out; the connection is read-only
     towards the file system (see Store.connect)."""
 
-    def __init__(self, store: Store, trace_dir: str | None = None):
+    def __init__(self, store: Store, trace_dir: str | None = None, *, allow_external_access: bool = False):
         self.store = store
         self.trace_dir = trace_dir or store.manifest.trace_dir
+        # off: SQL sees the store and nothing else, and cannot write files (see _execute)
+        self.allow_external_access = allow_external_access
         self._con = None
 
     @property
     def con(self):
         if self._con is None:
-            self._con = self.store.connect()
+            self._con = self.store.connect(allow_external_access=self.allow_external_access)
         return self._con
 
     def sql(self, query: str, params: Any = None):
@@ -50,11 +52,24 @@ class Run:
         import duckdb
 
         try:
+            if not self.allow_external_access:
+                self._refuse_file_statements(query)
             if relation:
                 return self.con.sql(query, params=params)
             return self.con.execute(query, params) if params is not None else self.con.execute(query)
         except duckdb.Error as e:
             raise TracekitError(f"query failed: {str(e).splitlines()[0]}") from None
+
+    def _refuse_file_statements(self, query: str) -> None:
+        # DuckDB lets a connection write wherever it may read, and the store's own files
+        # are readable: a COPY ... (USE_TMP_FILE false) or an ATTACH could overwrite them.
+        import duckdb
+
+        for st in self.con.extract_statements(query):
+            if st.type in _FILE_STATEMENTS(duckdb):
+                raise TracekitError(f"{st.type.name} statements are refused: queries may read the store but not "
+                                    "touch files or load extensions; pass --allow-external-access "
+                                    "(Python: allow_external_access=True) to allow them")
 
     @property
     def ranks(self) -> list[int]:
@@ -84,6 +99,11 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<tracekit.Run {self.trace_dir!r}: {len(self.ranks)} rank(s), store {self.store.path!r}>"
+
+
+def _FILE_STATEMENTS(duckdb):  # noqa: N802 - a constant that needs the lazily imported module
+    t = duckdb.StatementType
+    return {t.COPY, t.ATTACH, t.DETACH, t.EXPORT, t.LOAD, t.COPY_DATABASE, t.EXTENSION}
 
 
 __all__ = ["Run", "open_run", "StoreError"]

@@ -26,6 +26,5 @@ def query_cmd(trace_dir, sql, store, fmt, allow_external_access):
     import tracekit
 
     run = tracekit.open(trace_dir, store)
-    if allow_external_access:
-        run._con = run.store.connect(allow_external_access=True)
+    run.allow_external_access = allow_external_access
     emit(run.sql(sql), fmt)
