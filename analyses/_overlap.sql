@@ -10,20 +10,7 @@
 -- other) only make their group exist (a step with no communication still gets its row, comm_ns = 0).
 _groups AS (SELECT DISTINCT timeline, rank, step FROM _iv),
 _layers AS (SELECT kernel_class AS layer, * FROM _iv WHERE kernel_class IN ('communication', 'compute')),
-_flagged AS (
-  SELECT *, coalesce(ts_ns > max(end_ns) OVER (PARTITION BY layer, timeline, rank, step ORDER BY ts_ns, end_ns
-                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_island
-  FROM _layers
-),
-_numbered AS (
-  SELECT *, sum(starts_island::INTEGER) OVER (PARTITION BY layer, timeline, rank, step ORDER BY ts_ns, end_ns
-                                              ROWS UNBOUNDED PRECEDING) AS island
-  FROM _flagged
-),
-_islands AS (
-  SELECT layer, timeline, rank, step, island, min(ts_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS n
-  FROM _numbered GROUP BY ALL
-),
+-- @include _islands
 -- sweep over island edges: +1/-1 for communication, +2/-2 for compute; islands of one layer never overlap,
 -- so state 3 = both running. Ends sort before starts at the same t: touching intervals do not overlap.
 _edges AS (

@@ -37,20 +37,7 @@ _layers AS (
   UNION ALL
   SELECT 'compute', * FROM _iv WHERE kernel_class = 'compute'
 ),
-_flagged AS (
-  SELECT *, coalesce(ts_ns > max(end_ns) OVER (PARTITION BY layer, timeline, rank, step ORDER BY ts_ns, end_ns
-                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_island
-  FROM _layers
-),
-_numbered AS (
-  SELECT *, sum(starts_island::INTEGER) OVER (PARTITION BY layer, timeline, rank, step ORDER BY ts_ns, end_ns
-                                              ROWS UNBOUNDED PRECEDING) AS island
-  FROM _flagged
-),
-_islands AS (
-  SELECT layer, timeline, rank, step, island, min(ts_ns) AS start_ns, max(end_ns) AS end_ns
-  FROM _numbered GROUP BY ALL
-),
+-- @include _islands
 _union AS (
   SELECT timeline, rank, step,
          min(start_ns) FILTER (WHERE layer = 'all') AS start_ns,
