@@ -7,6 +7,7 @@ from .. import __version__
 from .capture import demo_train_cmd, record_cmd, testbed_group
 from .analyze import analyze_cmd
 from .comms import comms_group
+from .gate import gate_cmd
 from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
 
@@ -32,6 +33,7 @@ cli.add_command(record_cmd)
 cli.add_command(demo_train_cmd)
 cli.add_command(testbed_group)
 cli.add_command(comms_group)
+cli.add_command(gate_cmd)
 
 
 def main() -> None:
