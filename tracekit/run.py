@@ -81,6 +81,14 @@ class Run:
 
         return run_analysis(self, name, **params)
 
+    @property
+    def plot(self):
+        """Figures of this run's analyses: run.plot.step_time(), run.plot.top_kernels(), ...
+        (needs the `report` extra: plotly)."""
+        from .report.accessor import PlotAccessor
+
+        return PlotAccessor(self)
+
     def info(self) -> dict:
         from .info import run_info
 

@@ -10,6 +10,7 @@ from .comms import comms_group
 from .gate import gate_cmd
 from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
+from .report import report_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,6 +34,7 @@ cli.add_command(record_cmd)
 cli.add_command(demo_train_cmd)
 cli.add_command(testbed_group)
 cli.add_command(comms_group)
+cli.add_command(report_cmd)
 cli.add_command(gate_cmd)
 
 

@@ -1,0 +1,40 @@
+"""`tracekit report`: write the self-contained HTML report of a run."""
+from __future__ import annotations
+
+import click
+
+from ._common import fail_cleanly, store_option
+
+
+@click.command("report")
+@click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default="report.html", show_default=True,
+              help="HTML file to write (one file, viewable offline).")
+@click.option("--title", default=None, help="Page title (default: the trace directory's name).")
+@click.option("--scenario", "scenarios", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="What-if scenario for predicted vs measured. Not available yet: replay does not exist, "
+                   "so this option fails (exit 2) rather than show a made-up prediction.")
+@store_option()
+@fail_cleanly
+def report_cmd(trace_dir, output, title, scenarios, store):
+    """Write an HTML report of TRACE_DIR: step time, temporal breakdown, overlap,
+    top kernels, collective skew, busbw vs size, stragglers, memory (needs the
+    `report` extra: pip install 'tracekit[report]').
+
+    \b
+    Example:
+      tracekit report runs/job42/ -o job42.html
+      tracekit report runs/job42/ --store /scratch/job42.store -o job42.html
+    """
+    import tracekit
+    from ..report import require_plotly
+    from ..report.html import REPLAY_UNAVAILABLE, write_report
+    from ..errors import TracekitError
+
+    # Checked before ingesting: neither needs the trace, and both are the user's to fix.
+    if scenarios:
+        raise TracekitError(f"--scenario {scenarios[0]}: {REPLAY_UNAVAILABLE}")
+    require_plotly()
+    with tracekit.open(trace_dir, store=store) as run:
+        path = write_report(run, output, title=title)
+    click.echo(f"wrote {path}")

@@ -1,0 +1,39 @@
+"""The DataFrame behind each report panel. Every panel but step time is a
+registered analysis; step time reads the `steps` view directly because it is a
+plain column of the store, not a computation."""
+from __future__ import annotations
+
+# Columns of step_times(), with units, documented like an analysis's @column lines.
+STEP_TIME_COLUMNS = {
+    "rank": "global rank",
+    "step": "N of ProfilerStep#N",
+    "dur_ns": "CPU duration of the step annotation, ns",
+    "gpu_span_ns": "last GPU op end - first GPU op start of ops launched in the step, ns (NULL: no GPU ops)",
+    "is_last": "last step of the trace (often cut short by the profiler)",
+}
+
+
+def step_times(run):
+    """One row per (rank, step): STEP_TIME_COLUMNS."""
+    return run.sql("SELECT rank, step, dur_ns, gpu_end_ns - gpu_start_ns AS gpu_span_ns, is_last "
+                   "FROM steps ORDER BY rank, step")
+
+
+def collective_arrivals(run):
+    """One row per (rank, timed collective) from the `collectives` analysis: the heatmap's cells."""
+    df = run.analyze("collectives")
+    cols = ["rank", "match_key", "op", "bytes", "start_ns", "arrival_delay_ns"]
+    return df.loc[df["start_ns"].notna(), cols].reset_index(drop=True)
+
+
+# panel name -> (function of run returning the DataFrame, what it is). Order = report order.
+PANEL_DATA = {
+    "step_time": (step_times, "steps view"),
+    "temporal_breakdown": (lambda run: run.analyze("temporal_breakdown"), "analysis temporal_breakdown"),
+    "comm_comp_overlap": (lambda run: run.analyze("comm_comp_overlap"), "analysis comm_comp_overlap"),
+    "top_kernels": (lambda run: run.analyze("kernel_breakdown", top_k=15), "analysis kernel_breakdown"),
+    "collective_skew": (collective_arrivals, "analysis collectives"),
+    "busbw_vs_size": (lambda run: run.analyze("collectives_matched"), "analysis collectives_matched"),
+    "straggler_ranking": (lambda run: run.analyze("straggler_attribution"), "analysis straggler_attribution"),
+    "memory_timeline": (lambda run: run.analyze("memory_timeline"), "analysis memory_timeline"),
+}

@@ -1,0 +1,96 @@
+"""The report page: one self-contained HTML file (plotly.js inlined once, no
+network needed to view it) with one section per panel of data.PANEL_DATA.
+
+Two escaping rules keep trace strings inert: every string this module writes
+into HTML goes through html.escape, and the figures' JSON comes from plotly's
+to_json, which writes `<`, `>` and `/` as \\u003c, \\u003e, \\u002f so no kernel
+name can close the <script> that holds it (tests/test_report_escaping.py)."""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import os
+
+from ..errors import TracekitError
+from . import require_plotly
+from .data import PANEL_DATA
+
+REPLAY_UNAVAILABLE = ("replay is not available yet: tracekit cannot predict a scenario's step time, "
+                      "so the report has no predicted-vs-measured panel")
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px;
+       padding: 1em 2em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin: 0 0 .3em 0; }
+section { border-top: 1px solid #ddd; padding: 1em 0; }
+.meta td { padding: 0 1em 0 0; } .meta td:first-child { color: #666; }
+.source { color: #666; font-size: .85em; margin: 0 0 .5em 0; }
+nav a { margin-right: 1em; }
+"""
+
+
+def build_figures(run) -> list[tuple[str, object, str]]:
+    """(panel name, figure, data source) for every panel; a panel whose data cannot be computed
+    becomes a no-data figure that names the reason instead of failing the whole report."""
+    from . import plots
+
+    out = []
+    for name, (data_fn, source) in PANEL_DATA.items():
+        try:
+            fig = plots.PLOTS[name](data_fn(run))
+        except TracekitError as e:
+            fig = plots.no_data_figure(name.replace("_", " "), str(e))
+        out.append((name, fig, source))
+    return out
+
+
+def render_html(run, *, title: str | None = None) -> str:
+    """The whole report page as a string."""
+    require_plotly()
+    import plotly.io as pio
+
+    from .plots import is_no_data
+
+    figures = build_figures(run)
+    title = title or f"tracekit report: {os.path.basename(os.path.normpath(run.trace_dir or run.store.path))}"
+    esc = html.escape
+    meta_rows = [("trace directory", run.trace_dir or ""), ("store", run.store.path),
+                 ("ranks", ", ".join(str(r) for r in run.ranks)),
+                 ("generated", _dt.datetime.now().isoformat(timespec="seconds"))]
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{esc(title)}</title>", f"<style>{_CSS}</style></head><body>",
+             f"<h1>{esc(title)}</h1>", '<table class="meta">']
+    parts += [f"<tr><td>{esc(k)}</td><td>{esc(str(v))}</td></tr>" for k, v in meta_rows]
+    parts.append("</table><nav>")
+    parts += [f'<a href="#panel-{esc(n)}">{esc(n.replace("_", " "))}</a>' for n, _, _ in figures]
+    parts.append("</nav>")
+    for i, (name, fig, source) in enumerate(figures):
+        # The first figure carries the whole plotly.js bundle inline; the rest reuse it.
+        div = pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), include_mathjax=False,
+                          div_id=f"plot-{name}", config={"displaylogo": False, "responsive": True})
+        empty = "true" if is_no_data(fig) else "false"
+        parts.append(f'<section id="panel-{esc(name)}" data-panel="{esc(name)}" data-empty="{empty}">'
+                     f'<p class="source">from {esc(source)}</p>{div}</section>')
+    parts.append(f'<section><p class="source">{esc(REPLAY_UNAVAILABLE)}.</p></section>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(run, out_path, *, title: str | None = None, scenarios=()) -> str:
+    """Write the report for run to out_path; returns the path written. Scenario files would add
+    predicted-vs-measured, but replay does not exist yet, so asking for it is an error, not a guess."""
+    if scenarios:
+        raise TracekitError(f"--scenario {scenarios[0]}: {REPLAY_UNAVAILABLE}")
+    page = render_html(run, title=title)
+    out_path = os.fspath(out_path)
+    parent = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(parent):
+        raise TracekitError(f"-o {out_path}: directory {parent} does not exist")
+    tmp = out_path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, out_path)
+    except OSError as e:
+        raise TracekitError(f"-o {out_path}: cannot write: {e.strerror}") from None
+    return out_path
