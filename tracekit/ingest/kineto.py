@@ -191,13 +191,12 @@ def _scratch_dir(stage_dir: str) -> str:
 def _int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
-        return v
     if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    return None
+        v = int(v)
+    elif isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        v = int(v)
+    # outside int64 it cannot be stored (BIGINT columns): as unusable as a wrong type
+    return v if isinstance(v, int) and -(1 << 63) <= v < (1 << 63) else None
 
 
 _MAX_OBJECT = 16 << 20
