@@ -14,16 +14,8 @@
 -- @column overlap_ns       time communication and compute both run, ns
 -- @column overlap_pct      overlap_ns / comm_ns, percent (NULL without communication)
 -- @column exposed_comm_ns  comm_ns - overlap_ns, ns
-WITH _iv AS (
-  SELECT 'gpu' AS timeline, rank, CASE WHEN $by_step THEN step END AS step, ts_ns, end_ns, kernel_class
-  FROM _gpu_ops_in_scope($rank, $step, $drop_last_step)
-  WHERE (NOT $by_step OR step IS NOT NULL) AND dur_ns IS NOT NULL
-  UNION ALL
-  SELECT 'cpu', rank, CASE WHEN $by_step THEN step END, ts_ns, end_ns, kernel_class
-  FROM _cpu_work_in_scope($rank, $step)
-  WHERE $cpu_fallback AND (NOT $by_step OR step IS NOT NULL)
-    AND rank NOT IN (SELECT DISTINCT rank FROM _gpu_ops_classified)
-),
+WITH
+-- @include _timeline_ops
 -- the union / sweep lives in _overlap.sql, shared with exposed_comm
 -- @include _overlap
 SELECT rank, step, timeline, comm_count, comm_ns, compute_ns, overlap_ns, overlap_pct, exposed_comm_ns

@@ -21,16 +21,8 @@
 -- @column idle_pct         idle_ns / kernel_span_ns, percent
 -- @column compute_pct      compute_ns / kernel_span_ns, percent
 -- @column non_compute_pct  non_compute_ns / kernel_span_ns, percent
-WITH _iv AS (
-  SELECT 'gpu' AS timeline, rank, CASE WHEN $by_step THEN step END AS step, ts_ns, end_ns, kernel_class
-  FROM _gpu_ops_in_scope($rank, $step, $drop_last_step)
-  WHERE (NOT $by_step OR step IS NOT NULL) AND dur_ns IS NOT NULL
-  UNION ALL
-  SELECT 'cpu', rank, CASE WHEN $by_step THEN step END, ts_ns, end_ns, kernel_class
-  FROM _cpu_work_in_scope($rank, $step)
-  WHERE $cpu_fallback AND (NOT $by_step OR step IS NOT NULL)
-    AND rank NOT IN (SELECT DISTINCT rank FROM _gpu_ops_classified)
-),
+WITH
+-- @include _timeline_ops
 -- the 'all' layer holds every op, the 'compute' layer only compute ops; each is merged into islands
 _layers AS (
   SELECT 'all' AS layer, * FROM _iv
