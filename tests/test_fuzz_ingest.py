@@ -17,10 +17,8 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import struct
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 

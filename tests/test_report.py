@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request

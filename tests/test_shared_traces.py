@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import collections
-import gzip
-import json
 from pathlib import Path
 
 import pytest
 
 import tracekit
 
-from .conftest import SHARED_TRACES, shared_trace_dir
+from .conftest import SHARED_TRACES
 from .roundtrip import load_source_events, normalise_source, store_events
 
 # trace dirs (relative to ../shared/traces) -> how ranks are found

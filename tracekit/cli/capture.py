@@ -1,12 +1,11 @@
 """`tracekit record`, `tracekit demo-train` and `tracekit testbed ...`: thin over tracekit.capture."""
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from ._common import echo_err, fail_cleanly
+from ._common import echo_err, emit, fail_cleanly, format_option
 
 
 @click.command("record", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -124,7 +123,7 @@ def testbed_group():
 @click.option("--mib", type=click.FloatRange(0.001, 1024), default=4.0, show_default=True,
               help="All-reduce buffer size in MiB.")
 @click.option("--iters", type=click.IntRange(1, 100), default=3, show_default=True, help="Timed all-reduces.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@format_option()
 @fail_cleanly
 def testbed_probe_cmd(hosts, rate_mbit, mib, iters, fmt):
     """Time gloo all-reduces between testbed hosts against the ring bandwidth model.
@@ -149,12 +148,9 @@ def testbed_probe_cmd(hosts, rate_mbit, mib, iters, fmt):
             model_ms = ring_allreduce_model_s(nbytes, hosts, rate) * 1e3
             rows.append({"hosts": hosts, "rate_mbit": rate, "bytes": nbytes, "median_ms": round(median_ms, 2),
                          "model_ms": round(model_ms, 2), "ratio": round(median_ms / model_ms, 3)})
-    if fmt == "json":
-        click.echo(json.dumps(rows, indent=1))
-        return
-    for r in rows:
-        click.echo(f"{r['hosts']} hosts  {r['rate_mbit']:g} Mbit/s  {r['bytes']} B  all-reduce {r['median_ms']:.1f} ms  "
-                   f"ring model {r['model_ms']:.1f} ms  ratio {r['ratio']:.2f}")
+    import pandas as pd
+
+    emit(pd.DataFrame(rows), fmt)
 
 
 @testbed_group.command("cleanup")

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from ._common import echo_err, emit, fail_cleanly, format_option, store_option
+from ._common import echo_err, emit, fail_cleanly, store_option
 
 
 @click.command("ingest")

@@ -192,7 +192,7 @@ class TraceStream:
 
     def _no_events_array(self, buf: bytes) -> None:
         try:
-            obj = msgspec.json.decode(buf)
+            msgspec.json.decode(buf)
         except msgspec.DecodeError as e:
             raise TraceFileError(self.path, f"not valid JSON ({e})") from None
         raise NotATraceError(self.path, "valid JSON but has no traceEvents array (not a Kineto trace)")
