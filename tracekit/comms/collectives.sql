@@ -5,23 +5,25 @@
 
 -- _comm_op(name): canonical collective op of a c10d op, NCCL/gloo annotation, coll_name or kernel name.
 -- Order matters: all_reduce before reduce, reduce_scatter before scatter, all_gather before gather.
-CREATE OR REPLACE TEMP MACRO _comm_op(n) AS (
+-- (k: the name lower-cased without underscores, computed once by _comm_op)
+CREATE OR REPLACE TEMP MACRO _comm_op_of(k) AS (
   CASE
-    WHEN n IS NULL THEN NULL
-    WHEN contains(replace(lower(n), '_', ''), 'allreduce') THEN 'all_reduce'
-    WHEN contains(replace(lower(n), '_', ''), 'reducescatter') THEN 'reduce_scatter'
-    WHEN contains(replace(lower(n), '_', ''), 'allgather') THEN 'all_gather'
-    WHEN contains(replace(lower(n), '_', ''), 'alltoall') THEN 'all_to_all'
-    WHEN contains(replace(lower(n), '_', ''), 'broadcast') THEN 'broadcast'
-    WHEN contains(replace(lower(n), '_', ''), 'sendrecv') THEN 'send_recv'
-    WHEN contains(replace(lower(n), '_', ''), 'barrier') THEN 'barrier'
-    WHEN contains(replace(lower(n), '_', ''), 'reduce') THEN 'reduce'
-    WHEN contains(replace(lower(n), '_', ''), 'gather') THEN 'gather'
-    WHEN contains(replace(lower(n), '_', ''), 'scatter') THEN 'scatter'
-    WHEN contains(replace(lower(n), '_', ''), 'send') THEN 'send'
-    WHEN contains(replace(lower(n), '_', ''), 'recv') THEN 'recv'
+    WHEN k IS NULL THEN NULL
+    WHEN contains(k, 'allreduce') THEN 'all_reduce'
+    WHEN contains(k, 'reducescatter') THEN 'reduce_scatter'
+    WHEN contains(k, 'allgather') THEN 'all_gather'
+    WHEN contains(k, 'alltoall') THEN 'all_to_all'
+    WHEN contains(k, 'broadcast') THEN 'broadcast'
+    WHEN contains(k, 'sendrecv') THEN 'send_recv'
+    WHEN contains(k, 'barrier') THEN 'barrier'
+    WHEN contains(k, 'reduce') THEN 'reduce'
+    WHEN contains(k, 'gather') THEN 'gather'
+    WHEN contains(k, 'scatter') THEN 'scatter'
+    WHEN contains(k, 'send') THEN 'send'
+    WHEN contains(k, 'recv') THEN 'recv'
   END
 );
+CREATE OR REPLACE TEMP MACRO _comm_op(n) AS (_comm_op_of(replace(lower(n), '_', '')));
 
 -- _comm_dtype_bytes(dtype): element size of a dtype as PyTorch, NCCL args or NCCL kernel names spell it.
 -- 1-byte and 8-byte spellings are tested before the 4-byte ones they contain ('int8', 'int64' hold 'int').
