@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from .store.manifest import skip_reason
+
 
 def run_info(run) -> dict:
     m = run.store.manifest
@@ -46,7 +48,7 @@ def run_info(run) -> dict:
         "event_count": _int(per_rank["event_count"].sum()) or 0,
         "per_rank": per_rank,
         "categories": categories,
-        "skipped": {k: v.split("|", 2)[-1] for k, v in m.skipped.items()},
+        "skipped": {k: skip_reason(v) for k, v in m.skipped.items()},
         "flight_recorder_dumps": sorted(src for src, e in m.sources.items() if e.kind != "trace"),
         "warnings": warnings,
         "notes": notes,

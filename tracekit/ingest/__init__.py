@@ -143,9 +143,9 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
                 manifest.sources[source] = prev
                 report.unchanged.append(source)
                 continue
-            if old and source in old.skipped and prev is None and _same_stat(old.skipped[source], st):
+            if old and source in old.skipped and prev is None and _manifest.skip_matches(old.skipped[source], st):
                 manifest.skipped[source] = old.skipped[source]
-                report.skipped[source] = old.skipped[source].split("|", 2)[-1]
+                report.skipped[source] = _manifest.skip_reason(old.skipped[source])
                 continue
             if path.endswith(INSPECTOR_SUFFIXES) or (not path.endswith(FR_SUFFIXES) and is_inspector_candidate(path)):
                 insp_todo.add(source)  # detected by content: one Inspector record per line
@@ -161,7 +161,7 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
                     fr_todo.add(source)
                     todo.append((source, _sha256(path)))
                     continue
-                manifest.skipped[source] = f"{st.st_size}|{st.st_mtime_ns}|{e.reason}"
+                manifest.skipped[source] = _manifest.skip_entry(st, e.reason)
                 report.skipped[source] = e.reason
                 continue
             except TraceFileError as e:
@@ -233,11 +233,6 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         _remove_orphans(store_dir, manifest)
     report.seconds = time.perf_counter() - t0
     return report
-
-
-def _same_stat(skipped_entry: str, st: os.stat_result) -> bool:
-    size, mtime, _ = (skipped_entry.split("|", 2) + ["", "", ""])[:3]
-    return size == str(st.st_size) and mtime == str(st.st_mtime_ns)
 
 
 def _load_compatible(store_dir: str) -> Manifest | None:

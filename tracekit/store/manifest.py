@@ -54,6 +54,20 @@ class Manifest:
         return d
 
 
+# Manifest.skipped entries: "<size>|<mtime_ns>|<why>", so an unchanged non-trace is not sniffed again.
+def skip_entry(st, reason: str) -> str:
+    return f"{st.st_size}|{st.st_mtime_ns}|{reason}"
+
+
+def skip_reason(entry: str) -> str:
+    return entry.split("|", 2)[-1]
+
+
+def skip_matches(entry: str, st) -> bool:
+    size, mtime, _ = (entry.split("|", 2) + ["", "", ""])[:3]
+    return size == str(st.st_size) and mtime == str(st.st_mtime_ns)
+
+
 def load(store_dir: str) -> Manifest | None:
     path = os.path.join(store_dir, MANIFEST)
     try:
