@@ -44,6 +44,11 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION
     tool_version: str = __version__
     updated_ns: int = 0
+    # What kind of run this store holds beyond a measured one: None for a measured
+    # (ingested) run; a predicted run written by replay carries a JSON object such as
+    # {"kind": "replay", "source_store": ..., "scenario": ..., "tool_version": ...}.
+    # Optional and added without a schema bump: manifests without it read as None.
+    label: dict | None = None
 
     def files(self, table: str) -> list[str]:
         return [p for name in sorted(self.sources) for p in self.sources[name].files.get(table, [])]
@@ -51,6 +56,8 @@ class Manifest:
     def to_json(self) -> dict:
         d = asdict(self)
         d["format"] = FORMAT
+        if d["label"] is None:  # a measured run's manifest stays as it was before labels existed
+            del d["label"]
         return d
 
 
@@ -83,9 +90,15 @@ def load(store_dir: str) -> Manifest | None:
         sources = {k: SourceEntry(**v) for k, v in d.get("sources", {}).items()}
         return Manifest(trace_dir=d["trace_dir"], sources=sources, skipped=d.get("skipped", {}),
                         schema_version=d.get("schema_version", 0), tool_version=d.get("tool_version", "?"),
-                        updated_ns=d.get("updated_ns", 0))
+                        updated_ns=d.get("updated_ns", 0), label=_label(d.get("label")))
     except (TypeError, KeyError) as e:
         raise StoreError(f"{path}: damaged manifest ({e}); delete {store_dir} and ingest again") from None
+
+
+def _label(v) -> dict | None:
+    if v is None or isinstance(v, dict):
+        return v
+    raise TypeError(f"label is a {type(v).__name__}, not an object")
 
 
 def save(store_dir: str, manifest: Manifest) -> None:

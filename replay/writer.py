@@ -1,0 +1,398 @@
+"""Write a re-timed (predicted) run as a store in the same schema as a measured run.
+
+The replay engine decides new start times and durations for the events of a
+measured store; `write_retimed_store` turns those into a complete store that
+`tracekit.store.Store`, `tracekit.run.Run`, every view, analysis, diff, report
+and gate read exactly as they read an ingested one. Only the manifest tells the
+two apart: a replayed store carries a `label` (``Store(out).manifest.label``),
+``{"kind": "replay", "source_store": ..., ...}``.
+
+What is re-timed and what is copied, per table (schema.TABLES):
+
+    events          ts_ns / dur_ns from `times`; every other column copied
+    steps           recomputed from the re-timed events (the ingest's definition)
+    flows           start_ts_ns / end_ts_ns of the re-timed start / end events
+    memory          ts_ns of the re-timed [memory] event
+    ranks           first_ts_ns, last_end_ns, event_count recomputed; the rest copied
+    gpu_args,       copied byte for byte (no times in them)
+    comm_args
+    fr_entries,     copied byte for byte WITH THEIR MEASURED TIMES (the label lists
+    nccl_inspector, them under "not_retimed")
+    nccl_tests
+
+All of it is DuckDB COPY ... TO parquet from the source files joined with the
+registered Arrow table of new times: no per-event Python.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+from tracekit import __version__
+from tracekit.errors import StoreError, TracekitError
+from tracekit.store import Store, create_table_view, writer_lock
+from tracekit.store import manifest as _manifest
+from tracekit.store.manifest import Manifest
+from tracekit.store.schema import STORED_EVENT_COLUMNS, TABLES
+
+__all__ = ["write_retimed_store", "is_replay_store", "REPLAY_KIND", "TIMES_COLUMNS"]
+
+REPLAY_KIND = "replay"
+TIMES_COLUMNS = ("rank", "event_id", "ts_ns", "dur_ns")
+# tables whose rows are rewritten from the re-timed events; every other table is copied as it is
+_RETIMED = ("events", "ranks", "steps", "flows", "memory")
+# side inputs whose own times are measured ones and stay so in a replayed store
+_NOT_RETIMED = ("fr_entries", "nccl_inspector", "nccl_tests")
+_GPU_CATS = "('kernel', 'gpu_memcpy', 'gpu_memset')"
+_RUNTIME_CATS = "('cuda_runtime', 'cuda_driver')"
+
+
+def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict) -> str:
+    """Write the run of `src_store_dir` with new event times as a store at `out_dir`; return its path.
+
+    times: a pyarrow Table or pandas DataFrame with int64 columns
+        rank, event_id   an event of the source store (`_events`: rank, event_id)
+        ts_ns            its new start (absolute ns, same clock as the source)
+        dur_ns           its new duration; NULL (or the column left out) keeps the source
+                         duration, which is NULL for events without one (instants, flows, ...)
+    Events absent from `times` (and rows whose ts_ns is NULL) keep their source times;
+    the engine normally gives every event. A row naming no event of the source, a
+    repeated (rank, event_id) or a negative duration is refused.
+
+    label: a JSON object recorded in the manifest (``Store(out).manifest.label``); its
+    "kind" is "replay" (set when absent). "source_store", "tool_version" and
+    "not_retimed" (side tables copied with their measured times) are filled in unless given.
+
+    out_dir must be absent, empty, or a previous replay store (which is then replaced
+    atomically: new files under fresh names, then the manifest switch, then the old
+    files removed). Anything else is refused. A new store is built beside out_dir and
+    renamed into place, so out_dir never holds a half-written store; the source store
+    is only read.
+    """
+    import duckdb
+
+    src = Store(src_store_dir)
+    out = os.path.abspath(os.fspath(out_dir))
+    if _inside(out, src.path) or _inside(src.path, out):
+        raise TracekitError(f"{out}: the replayed store cannot be written over or inside its source store "
+                            f"{src.path} (nor the source inside it); choose another directory")
+    full_label = _full_label(label, src)
+    tbl = _times_table(times)
+    mode = _out_mode(out)
+
+    con = duckdb.connect(config={"threads": min(os.cpu_count() or 1, 8), "autoinstall_known_extensions": False,
+                                 "autoload_known_extensions": False})
+    try:
+        con.register("_times", tbl)
+        create_table_view(con, "_src_events", src.files("events"), TABLES["events"])
+        _check_times(con, out)
+        gen = uuid.uuid4().hex[:12]
+        if mode == "replace":
+            with writer_lock(out):
+                if _out_mode(out) != "replace":  # changed while we waited for the lock
+                    raise TracekitError(f"{out}: changed while waiting to write; run the replay again")
+                written: list[str] = []
+                try:
+                    manifest = _build(con, src, out, gen, full_label, written, tbl)
+                    _manifest.save(out, manifest)
+                except BaseException:
+                    for p in written:  # never named by a manifest: the previous replay stays as it was
+                        _unlink(p)
+                    raise
+                _remove_orphans(out, manifest)
+        else:
+            parent, name = os.path.split(out)
+            try:
+                os.makedirs(parent, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"{out}: cannot create the directory ({e.strerror})") from None
+            tmp = os.path.join(parent, f".{name}.replay-{gen}")
+            try:
+                os.mkdir(tmp)
+                manifest = _build(con, src, tmp, gen, full_label, [], tbl)
+                _manifest.save(tmp, manifest)
+                try:
+                    os.rename(tmp, out)  # replaces an empty directory; fails on a non-empty one
+                except OSError as e:
+                    raise TracekitError(f"{out}: could not move the replayed store into place ({e.strerror}); "
+                                        "was the directory filled meanwhile? run the replay again") from None
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except duckdb.Error as e:
+        raise TracekitError(f"{out}: writing the replayed store failed: {str(e).splitlines()[0]}") from None
+    except OSError as e:
+        raise StoreError(f"{out}: writing the replayed store failed ({e.strerror or e})") from None
+    finally:
+        con.close()
+    return out
+
+
+def is_replay_store(path: str) -> bool:
+    """True when `path` holds a committed store whose manifest says it is a replayed run."""
+    try:
+        m = _manifest.load(os.fspath(path))
+    except StoreError:
+        return False
+    return m is not None and isinstance(m.label, dict) and m.label.get("kind") == REPLAY_KIND
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+def _inside(path: str, top: str) -> bool:
+    path, top = os.path.realpath(path), os.path.realpath(top)
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def _out_mode(out: str) -> str:
+    """'fresh' (absent or empty) or 'replace' (a replay store); anything else is refused."""
+    if not os.path.lexists(out):
+        return "fresh"
+    if not os.path.isdir(out):
+        raise TracekitError(f"{out}: exists and is not a directory; refusing to write a replayed store there")
+    try:
+        entries = os.listdir(out)
+    except OSError as e:
+        raise StoreError(f"{out}: cannot read the directory ({e.strerror})") from None
+    if not entries:
+        return "fresh"
+    if is_replay_store(out):
+        return "replace"
+    raise TracekitError(f"{out}: not empty and not a replay store; refusing to write a replayed run over it "
+                        "(choose a new or empty directory, or a previous replay's output)")
+
+
+def _full_label(label: dict, src: Store) -> dict:
+    if not isinstance(label, dict):
+        raise TracekitError(f"label must be a dict (a JSON object), not {type(label).__name__}")
+    kind = label.get("kind", REPLAY_KIND)
+    if kind != REPLAY_KIND:
+        raise TracekitError(f"label kind {kind!r}: a replayed store's label has kind {REPLAY_KIND!r}")
+    present = [t for t in _NOT_RETIMED if src.files(t)]
+    full = {"kind": REPLAY_KIND, "source_store": src.path, "tool_version": __version__,
+            "source_label": src.manifest.label, "not_retimed": present}
+    if present:
+        full["note"] = (f"{', '.join(present)} are copied from the source store with their measured times; "
+                        "only events and the tables derived from them are re-timed")
+    full.update(label)
+    full["kind"] = REPLAY_KIND
+    try:
+        json.dumps(full, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TracekitError(f"label must be JSON-serialisable ({e})") from None
+    return full
+
+
+def _times_table(times):
+    """`times` -> a pyarrow Table of exactly TIMES_COLUMNS, all int64."""
+    import pyarrow as pa
+
+    if not isinstance(times, pa.Table):
+        try:
+            import pandas as pd
+        except ImportError:  # pragma: no cover - pandas is a dependency
+            pd = None
+        if pd is not None and isinstance(times, pd.DataFrame):
+            times = pa.Table.from_pandas(times, preserve_index=False)
+        else:
+            raise TracekitError(f"times must be a pyarrow Table or a pandas DataFrame, not {type(times).__name__}")
+    names = set(times.column_names)
+    missing = [c for c in TIMES_COLUMNS if c not in names and c != "dur_ns"]
+    if missing:
+        raise TracekitError(f"times lacks column(s) {', '.join(missing)}; it needs {', '.join(TIMES_COLUMNS)}")
+    cols = []
+    for c in TIMES_COLUMNS:
+        col = times.column(c) if c in names else pa.nulls(times.num_rows, pa.int64())
+        try:
+            col = col.cast(pa.int64())  # safe: a fractional or overflowing value is an error
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise TracekitError(f"times.{c} must be int64 nanoseconds ({e})") from None
+        cols.append(col)
+    return pa.table(dict(zip(TIMES_COLUMNS, cols)))
+
+
+def _check_times(con, out: str) -> None:
+    bad = con.execute("""
+        SELECT (SELECT count(*) FROM _times WHERE rank IS NULL OR event_id IS NULL),
+               (SELECT count(*) FROM _times WHERE dur_ns < 0),
+               (SELECT count(*) FROM (SELECT 1 FROM _times GROUP BY rank, event_id HAVING count(*) > 1)),
+               (SELECT count(*) FROM _times t ANTI JOIN _src_events e ON e.rank = t.rank AND e.event_id = t.event_id
+                 WHERE t.rank IS NOT NULL AND t.event_id IS NOT NULL),
+               (SELECT any_value([rank, event_id]) FROM _times t ANTI JOIN _src_events e
+                 ON e.rank = t.rank AND e.event_id = t.event_id)""").fetchall()[0]
+    nulls, negative, repeated, unknown, example = bad
+    problems = []
+    if nulls:
+        problems.append(f"{nulls} row(s) without rank or event_id")
+    if negative:
+        problems.append(f"{negative} negative dur_ns")
+    if repeated:
+        problems.append(f"{repeated} (rank, event_id) given more than once")
+    if unknown:
+        problems.append(f"{unknown} row(s) naming no event of the source store (e.g. rank {example[0]}, "
+                        f"event_id {example[1]})")
+    if problems:
+        raise TracekitError(f"{out}: times not written: " + "; ".join(problems))
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _files_sql(paths: list[str]) -> str:
+    return "read_parquet([" + ", ".join(_q(p) for p in paths) + "], hive_partitioning = false)"
+
+
+def _cast_cols(table: str, expr: dict[str, str] | None = None) -> str:
+    expr = expr or {}
+    return ", ".join(f"CAST({expr.get(c, c)} AS {t}) AS {c}" for c, t, _ in TABLES[table])
+
+
+def _copy(cur, select: str, target: str, params=None) -> None:
+    sql = f"COPY ({select}) TO {_q(target)} (FORMAT parquet, COMPRESSION zstd)"
+    cur.execute(sql, params) if params is not None else cur.execute(sql)
+
+
+def _build(con, src: Store, dest: str, gen: str, label: dict, written: list[str], times) -> Manifest:
+    """Write every table of every source under `dest` with final names; return the new manifest."""
+    m = src.manifest
+    sources = {}
+    jobs = []
+    for source in sorted(m.sources):
+        entry = m.sources[source]
+        key = hashlib.sha1(source.encode()).hexdigest()[:12]
+        files: dict[str, list[str]] = {}
+        for table in TABLES:
+            old = entry.files.get(table, [])
+            if entry.kind == "trace" and table in _RETIMED and old:
+                files[table] = [os.path.join(table, f"rank={entry.rank}", f"{key}-{gen}-0.parquet")]
+            else:
+                files[table] = [os.path.join(os.path.dirname(p), f"{key}-{gen}-{i}.parquet")
+                                for i, p in enumerate(old)]
+        for t in files.values():
+            for rel in t:
+                os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+                written.append(os.path.join(dest, rel))
+        sources[source] = dataclasses.replace(entry, files=files)
+        jobs.append((entry, files))
+
+    def one(job) -> None:
+        entry, files = job
+        cur = con.cursor()  # a cursor is its own connection: the Arrow table is registered on each
+        try:
+            cur.register("_times", times)
+            _write_source(cur, src, dest, entry, files)
+        finally:
+            cur.close()
+
+    # sources side by side (each COPY also uses DuckDB's threads); a lone big rank gets them all
+    workers = max(1, min(2, len(jobs), os.cpu_count() or 1))
+    if workers == 1:
+        for job in jobs:
+            one(job)
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracekit-replay-write") as pool:
+            for f in [pool.submit(one, job) for job in jobs]:
+                f.result()
+    return Manifest(trace_dir=m.trace_dir, sources=sources, skipped=dict(m.skipped), label=label)
+
+
+def _write_source(cur, src: Store, dest: str, entry, files: dict[str, list[str]]) -> None:
+    path = lambda rel: os.path.join(dest, rel)  # noqa: E731
+    abs_src = lambda table: [os.path.join(src.path, p) for p in entry.files.get(table, [])]  # noqa: E731
+    for table, rels in files.items():  # copied tables: the bytes as they are
+        if entry.kind == "trace" and table in _RETIMED:
+            continue
+        for old, rel in zip(abs_src(table), rels):
+            shutil.copyfile(old, path(rel))
+    if entry.kind != "trace" or not files.get("events"):
+        return
+    r = int(entry.rank)
+    new_events = path(files["events"][0])
+    ev_cols = ", ".join(
+        f"CAST(coalesce(t.{c}, e.{c}) AS BIGINT) AS {c}" if c in ("ts_ns", "dur_ns") else f"e.{c}"
+        for c, _t, _ in STORED_EVENT_COLUMNS)
+    _copy(cur, f"""
+        SELECT {ev_cols}
+        FROM {_files_sql(abs_src("events"))} e
+        LEFT JOIN (SELECT event_id, ts_ns, dur_ns FROM _times WHERE rank = {r}) t ON t.event_id = e.event_id
+        ORDER BY e.event_id""", new_events)
+    ev = _files_sql([new_events])
+
+    if files.get("steps"):
+        # The ingest's definition (tracekit/ingest/kineto.py, _derived_tables "steps"), on the re-timed
+        # events: a step is a ProfilerStep#N complete event; its GPU span runs from the first start to the
+        # last end of the GPU ops whose launching runtime call starts inside the step's CPU span.
+        # tests/test_replay_chrome.py checks that ingesting the written-out traces gives the same rows.
+        _copy(cur, f"""
+            WITH s AS (
+              SELECT TRY_CAST(regexp_extract(name, 'ProfilerStep#(\\d+)', 1) AS BIGINT) AS step, name,
+                     ts_ns, dur_ns, ts_ns + dur_ns AS end_ns, pid, tid
+              FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL),
+            launch AS (
+              SELECT ts_ns, correlation FROM {ev} WHERE cat IN {_RUNTIME_CATS} AND correlation IS NOT NULL),
+            gpu AS (
+              SELECT correlation, min(ts_ns) AS g0, max(ts_ns + dur_ns) AS g1 FROM {ev}
+              WHERE cat IN {_GPU_CATS} AND correlation IS NOT NULL GROUP BY correlation),
+            sg AS (
+              SELECT s.step, s.ts_ns, min(gpu.g0) AS gpu_start_ns, max(gpu.g1) AS gpu_end_ns
+              FROM s JOIN launch l ON l.ts_ns >= s.ts_ns AND l.ts_ns < s.end_ns
+                     JOIN gpu ON gpu.correlation = l.correlation
+              GROUP BY s.step, s.ts_ns)
+            SELECT {_cast_cols("steps")} FROM (
+              SELECT s.step, s.name, s.ts_ns, s.dur_ns, s.end_ns, s.pid, s.tid, sg.gpu_start_ns, sg.gpu_end_ns,
+                     s.ts_ns = max(s.ts_ns) OVER () AS is_last
+              FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns)""", path(files["steps"][0]))
+
+    if files.get("flows"):
+        _copy(cur, f"""
+            SELECT {_cast_cols("flows", {"start_ts_ns": "s.ts_ns", "end_ts_ns": "e.ts_ns"})}
+            FROM {_files_sql(abs_src("flows"))} f
+            LEFT JOIN (SELECT event_id, ts_ns FROM {ev} WHERE ph IN ('s', 'f')) s ON s.event_id = f.start_event_id
+            LEFT JOIN (SELECT event_id, ts_ns FROM {ev} WHERE ph IN ('s', 'f')) e ON e.event_id = f.end_event_id
+            ORDER BY coalesce(f.start_event_id, f.end_event_id)""", path(files["flows"][0]))
+
+    if files.get("memory"):
+        _copy(cur, f"""
+            SELECT {_cast_cols("memory", {"ts_ns": "e.ts_ns", "event_id": "m.event_id"})}
+            FROM {_files_sql(abs_src("memory"))} m
+            JOIN (SELECT event_id, ts_ns FROM {ev} WHERE ph = 'i') e ON e.event_id = m.event_id
+            ORDER BY e.ts_ns, m.event_id""", path(files["memory"][0]))
+
+    if files.get("ranks"):
+        span = f"(SELECT count(*) AS n, min(ts_ns) AS t0, max(ts_ns + coalesce(dur_ns, 0)) AS t1 FROM {ev})"
+        _copy(cur, f"""
+            SELECT {_cast_cols("ranks", {"event_count": "span.n", "first_ts_ns": "span.t0", "last_end_ns": "span.t1"})}
+            FROM {_files_sql(abs_src("ranks"))} r, {span} span""", path(files["ranks"][0]))
+
+
+def _unlink(p: str) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def _remove_orphans(store_dir: str, manifest: Manifest) -> None:
+    """Delete the table files the new manifest does not name (the replaced replay's), then empty folders."""
+    keep = {os.path.normpath(p) for e in manifest.sources.values() for ps in e.files.values() for p in ps}
+    for table in TABLES:
+        top = os.path.join(store_dir, table)
+        for root, _dirs, names in os.walk(top):
+            for name in names:
+                full = os.path.join(root, name)
+                if os.path.normpath(os.path.relpath(full, store_dir)) not in keep:
+                    _unlink(full)
+        for root, dirs, names in os.walk(top, topdown=False):
+            if not os.listdir(root):
+                try:
+                    os.rmdir(root)
+                except OSError:
+                    pass
+    shutil.rmtree(os.path.join(store_dir, "staging"), ignore_errors=True)
