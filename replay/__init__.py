@@ -1,0 +1,20 @@
+"""Replay: the dependency graph of a run (graph), the discrete-event core (engine), the what-if models
+(network, optical, compute, failures, scenario files) and the re-timed run written back as a store.
+
+    import replay
+    result = replay.run("runs/job42/")            # baseline: reproduces the measured steps
+    result.summary()                               # per rank: measured vs predicted step time
+    result.write_store("runs/job42-replayed/")     # same schema: every analysis works on it
+"""
+from __future__ import annotations
+
+
+def run(store, scenario=None, *, ranks=None, compiled: bool = True):
+    """Replay a trace directory, store directory or tracekit Run, optionally under a scenario (a
+    Scenario or a scenario file). Returns a `replay.replayer.ReplayResult`."""
+    from .replayer import replay
+
+    return replay(store, scenario, ranks=ranks, compiled=compiled)
+
+
+__all__ = ["run"]

@@ -10,6 +10,7 @@ from .comms import comms_group
 from .gate import gate_cmd
 from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
+from .replay import replay_cmd
 from .report import report_cmd
 
 
@@ -36,6 +37,7 @@ cli.add_command(testbed_group)
 cli.add_command(comms_group)
 cli.add_command(report_cmd)
 cli.add_command(gate_cmd)
+cli.add_command(replay_cmd)
 
 
 def main() -> None:

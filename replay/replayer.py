@@ -1,0 +1,240 @@
+"""Replay a store: build its graph, apply the models, run the engine, map the result back onto every
+event, and report step times measured vs predicted.
+
+The re-timed events come from a monotone time warp per track (CPU thread or GPU stream): each node
+pins its measured start and end to its replayed ones, and any other timestamp on the track (nested
+ops, annotations, instants, flow ends) moves with the linear interpolation between the pins around
+it. A ProfilerStep annotation therefore stretches with the work it encloses.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import graph as _graph
+from .engine import Engine
+
+STEP_COLUMNS = {
+    "rank": "global rank",
+    "step": "ProfilerStep#N",
+    "is_last": "last step of the trace (often cut short by the profiler; left out of the medians when the "
+               "rank has other steps)",
+    "measured_step_ns": "measured duration of the ProfilerStep annotation, ns",
+    "predicted_step_ns": "replayed duration of the same annotation, ns",
+    "measured_end_ns": "measured end of the step, ns after the replay origin",
+    "predicted_end_ns": "replayed end of the step, ns after the replay origin",
+}
+SUMMARY_COLUMNS = {
+    "rank": "global rank",
+    "steps": "steps in the medians",
+    "measured_step_ns": "median measured step time, ns",
+    "predicted_step_ns": "median predicted step time, ns",
+    "error_pct": "100 * (predicted - measured) / measured",
+}
+
+
+@dataclass
+class ReplayResult:
+    graph: "_graph.Graph"
+    start_ns: np.ndarray  # replayed start per node
+    end_ns: np.ndarray  # replayed end per node
+    steps: pd.DataFrame  # STEP_COLUMNS
+    run: object  # the tracekit Run replayed
+    scenario: object = None
+    build_s: float = 0.0
+    replay_s: float = 0.0
+    notes: list = field(default_factory=list)
+
+    # ---- figures
+    def summary(self) -> pd.DataFrame:
+        """Per rank: median measured and predicted step time over the steps (the last step is left out
+        when the rank has others), and the error."""
+        rows = []
+        for r, g in self.steps.groupby("rank", sort=True):
+            use = g[~g.is_last] if (~g.is_last).any() else g
+            m = float(np.median(use.measured_step_ns))
+            p = float(np.median(use.predicted_step_ns))
+            rows.append({"rank": int(r), "steps": len(use), "measured_step_ns": int(round(m)),
+                         "predicted_step_ns": int(round(p)), "error_pct": 100.0 * (p - m) / m if m else float("nan")})
+        return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+    def to_dict(self) -> dict:
+        """The stable output: per-rank figures, the overall error (the worst rank's), and the counts."""
+        s = self.summary()
+        worst = float(s.error_pct.abs().max()) if len(s) else float("nan")
+        return {
+            "ranks": [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in s.to_dict("records")],
+            "measured_step_ns": int(s.measured_step_ns.max()) if len(s) else None,
+            "predicted_step_ns": int(s.predicted_step_ns.max()) if len(s) else None,
+            "error_pct": worst,
+            "mean_abs_error_pct": float(s.error_pct.abs().mean()) if len(s) else float("nan"),
+            "scenario": getattr(self.scenario, "name", None),
+            "nodes": self.graph.n_nodes,
+            "edges": self.graph.n_edges,
+            "collectives": len(self.graph.colls),
+            "build_s": round(self.build_s, 4),
+            "replay_s": round(self.replay_s, 4),
+            "notes": list(self.notes),
+        }
+
+    # ---- the re-timed run
+    def event_times(self, ranks=None) -> pd.DataFrame:
+        """New (ts_ns, dur_ns) of every event of the replayed ranks: rank, event_id, ts_ns, dur_ns."""
+        ranks = self.graph.ranks if ranks is None else ranks
+        ev = self.run.sql("""SELECT rank, event_id, pid, tid, ts_ns, dur_ns FROM _events
+                             WHERE rank IN (SELECT unnest($r::BIGINT[])) ORDER BY rank, event_id""",
+                          {"r": list(ranks)})
+        ts = ev.ts_ns.to_numpy("float64", na_value=np.nan)
+        has_ts = ~np.isnan(ts)
+        t = ev.ts_ns.fillna(0).to_numpy(np.int64)
+        d = ev.dur_ns.fillna(0).to_numpy(np.int64)
+        new_ts, new_end = self._warp(ev, t, t + d)
+        out_ts = pd.array(np.where(has_ts, new_ts, 0), dtype="Int64")
+        out_ts[~has_ts] = pd.NA
+        out_dur = pd.array(new_end - new_ts, dtype="Int64")
+        out_dur[ev.dur_ns.isna().to_numpy()] = pd.NA
+        return pd.DataFrame({"rank": ev["rank"].to_numpy(np.int64), "event_id": ev.event_id.to_numpy(np.int64),
+                             "ts_ns": out_ts, "dur_ns": out_dur})
+
+    def write_store(self, out_dir: str) -> str:
+        """Write the re-timed run as a store in the measured runs' schema."""
+        from .writer import write_retimed_store
+
+        label = {"kind": "replay", "source_store": self.run.store.path,
+                 "scenario": getattr(self.scenario, "name", None) or "baseline",
+                 "ranks": list(self.graph.ranks)}
+        return write_retimed_store(self.run.store.path, out_dir, self.event_times(), label=label)
+
+    def _warp(self, ev: pd.DataFrame, *points):
+        """Map timestamps of events (rank, pid, tid) through their track's warp (the rank's main CPU
+        thread for events on tracks without nodes)."""
+        g = self.graph
+        tr = g.tracks
+        key = tr.set_index(["rank", "pid", "tid"])["track"]
+        track = key.reindex(pd.MultiIndex.from_frame(ev[["rank", "pid", "tid"]].astype("Int64"))).to_numpy(
+            "float64", na_value=np.nan)
+        main = tr[tr.main].set_index("rank")["track"]
+        fallback = main.reindex(ev["rank"]).to_numpy("float64", na_value=np.nan)
+        if len(main) < len(set(ev["rank"])):  # ranks without CPU threads: their first track
+            first = tr.groupby("rank")["track"].min()
+            fallback = np.where(np.isnan(fallback), first.reindex(ev["rank"]).to_numpy("float64", na_value=np.nan),
+                                fallback)
+        track = np.where(np.isnan(track), fallback, track)
+        outs = [np.array(p, dtype=np.int64, copy=True) for p in points]
+        node_track = g.track
+        for t in np.unique(track[~np.isnan(track)]).astype(np.int64):
+            sel = track == t
+            xs, delta = self._pins(np.flatnonzero(node_track == t))
+            for o, p in zip(outs, points):  # relative to the origin: float64 is exact to the ns there
+                rel = (p[sel] - g.origin_ns).astype(np.float64)
+                o[sel] = p[sel] + np.rint(np.interp(rel, xs, delta)).astype(np.int64)
+        return outs
+
+    def _pins(self, ids):
+        """Measured -> replayed pins of one track: its nodes' starts and ends, framed by the replay's
+        origin and the run's last end so that timestamps before a track's first node or after its last
+        one move with the run as a whole."""
+        g = self.graph
+        if not hasattr(self, "_frame"):
+            meas_end = int((g.start_ns + g.dur_ns).max())
+            self._frame = (0.0, float(meas_end - g.origin_ns), float(self.end_ns.max() - g.origin_ns))
+        t0, m_end, r_end = self._frame
+        # frame: the origin, the run's last end, and past it the tail stretched like the run as a whole
+        xs = np.empty(2 * len(ids) + 3, np.float64)
+        ys = np.empty(2 * len(ids) + 3, np.float64)
+        s0 = g.start_ns[ids] - g.origin_ns
+        xs[1:-2:2], xs[2:-2:2] = s0, s0 + g.dur_ns[ids]
+        ys[1:-2:2], ys[2:-2:2] = self.start_ns[ids] - g.origin_ns, self.end_ns[ids] - g.origin_ns
+        xs[0], ys[0] = t0, t0
+        xs[-2], ys[-2] = max(m_end, xs[-3]), max(r_end, ys[-3])
+        xs[-1], ys[-1] = xs[-2] + (xs[-2] - t0), ys[-2] + (ys[-2] - t0)
+        xs = np.maximum.accumulate(xs)
+        ys = np.maximum.accumulate(ys)
+        return xs, ys - xs
+
+
+def _open(store_or_run):
+    from tracekit.run import Run
+
+    if isinstance(store_or_run, Run):
+        return store_or_run
+    import tracekit
+
+    return tracekit.open(str(store_or_run))
+
+
+def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, graph=None) -> ReplayResult:
+    """Replay a run (a trace directory, a store directory or a tracekit Run), optionally under a what-if
+    scenario (a Scenario or a scenario file path). Returns a ReplayResult."""
+    run = _open(store_or_run)
+    t = time.perf_counter()
+    g = graph if graph is not None else _graph.build(run, ranks)
+    build_s = time.perf_counter() - t
+    scen = _scenario(scenario)
+    dur, lag = apply_models(g, scen)
+    t = time.perf_counter()
+    eng = Engine(g.n_nodes, g.src, g.dst, g.from_end, g.lag_ns, source=0, t0_ns=g.origin_ns, compiled=compiled)
+    sched = eng.run(dur, lag)
+    replay_s = time.perf_counter() - t
+    res = ReplayResult(graph=g, start_ns=sched.start_ns, end_ns=sched.end_ns, steps=pd.DataFrame(), run=run,
+                       scenario=scen, build_s=build_s, replay_s=replay_s, notes=list(g.notes))
+    res.steps = _steps(res)
+    return res
+
+
+def _scenario(scenario):
+    if scenario is None or not isinstance(scenario, (str, bytes)) and not hasattr(scenario, "__fspath__"):
+        return scenario
+    from .scenario import load_scenario
+
+    return load_scenario(scenario)
+
+
+def apply_models(g, scenario):
+    """Node durations and edge lags under the scenario's models (measured when scenario is None)."""
+    dur = g.dur_ns.copy()
+    lag = g.lag_ns.copy()
+    if scenario is None:
+        return dur, lag
+    rng = np.random.default_rng(getattr(scenario, "seed", 0))
+    compute = scenario.compute_model() if hasattr(scenario, "compute_model") else None
+    if compute is not None:
+        dur = np.asarray(compute.node_durations(g.nodes(), rng), np.int64)
+        barrier = g.kind == _graph.K["barrier"]
+        dur[barrier] = g.dur_ns[barrier]
+    if len(g.colls) and hasattr(scenario, "comm_model"):
+        comm = scenario.comm_model(g.colls)
+        if comm is not None:
+            transfer = np.asarray(comm.transfer_ns(g.colls, rng), np.int64)
+            barrier_ids = np.flatnonzero(g.kind == _graph.K["barrier"])
+            dur[barrier_ids[np.argsort(g.coll[barrier_ids])]] = transfer
+    return np.maximum(dur, 0), lag
+
+
+def _steps(res: ReplayResult) -> pd.DataFrame:
+    g = res.graph
+    st = g.steps
+    if st.empty:  # no ProfilerStep: the whole replayed span of each rank is one step
+        rows = []
+        for r in g.ranks:
+            ids = np.flatnonzero(g.rank == r)
+            if len(ids):
+                m0, m1 = g.start_ns[ids].min(), (g.start_ns[ids] + g.dur_ns[ids]).max()
+                p0, p1 = res.start_ns[ids].min(), res.end_ns[ids].max()
+                rows.append({"rank": r, "step": -1, "is_last": True, "measured_step_ns": int(m1 - m0),
+                             "predicted_step_ns": int(p1 - p0), "measured_end_ns": int(m1 - g.origin_ns),
+                             "predicted_end_ns": int(p1 - g.origin_ns)})
+        if "no ProfilerStep annotations: each rank's whole span is one step" not in res.notes:
+            res.notes.append("no ProfilerStep annotations: each rank's whole span is one step")
+        return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+    ev = st[["rank", "pid", "tid"]]
+    ts = st.ts_ns.to_numpy(np.int64)
+    end = st.end_ns.to_numpy(np.int64)
+    new_ts, new_end = res._warp(ev, ts, end)
+    return pd.DataFrame({"rank": st["rank"].to_numpy(np.int64), "step": st.step.to_numpy(np.int64),
+                         "is_last": st.is_last.to_numpy(bool), "measured_step_ns": end - ts,
+                         "predicted_step_ns": new_end - new_ts, "measured_end_ns": end - g.origin_ns,
+                         "predicted_end_ns": new_end - g.origin_ns})
