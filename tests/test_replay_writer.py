@@ -263,6 +263,13 @@ def test_bad_times_are_refused_and_nothing_is_written(src, tmp_path):
     neg.loc[neg["dur_ns"].notna().idxmax(), "dur_ns"] = -1
     with pytest.raises(TracekitError, match="negative dur_ns"):
         write_retimed_store(str(src), str(out), neg, label={})
+    nulls = t.copy()
+    nulls["rank"] = nulls["rank"].astype("Int64")
+    nulls.loc[0, "rank"] = pd.NA
+    with pytest.raises(TracekitError, match="without rank or event_id"):
+        write_retimed_store(str(src), str(out), nulls, label={})
+    with pytest.raises(TracekitError, match="int64"):
+        write_retimed_store(str(src), str(out), t.assign(ts_ns=t["ts_ns"] + 0.5), label={})
     with pytest.raises(TracekitError, match="lacks column"):
         write_retimed_store(str(src), str(out), t.drop(columns=["ts_ns"]), label={})
     with pytest.raises(TracekitError, match="kind"):
