@@ -43,7 +43,7 @@ with the analytic expectation within its confidence interval; nothing reads the 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -230,9 +230,8 @@ class _Setup:
     tau: float
     C: float
     R: float
-    absorbed_cost: float   # F + D per absorbed failure (the half step is separate)
-    F: float
-    D: float
+    F: float               # failover pause per absorbed failure
+    D: float               # full-throughput seconds lost to a reduced replica count per absorbed failure
     n_full: int
     L1: float
     L2: float              # last segment (0: none)
@@ -275,7 +274,7 @@ def _setup(step_ns, target_steps, n_gpus, st: Strategy, mtbf_gpu_hours) -> _Setu
         raise ValueError(f"a checkpoint segment of {max(L1, L2):.3g} s against a mean time between failures of "
                          f"{1 / lam_r:.3g} s almost never completes: shorten checkpoint_interval_s")
     return _Setup(W=W, work=work, step_s=step_s, lam=lam, lam_r=lam_r, lam_a=lam_a, tau=tau, C=C, R=st.restart_cost_s,
-                  absorbed_cost=st.failover_cost_s + D, F=st.failover_cost_s, D=D, n_full=n_full, L1=L1, L2=L2,
+                  F=st.failover_cost_s, D=D, n_full=n_full, L1=L1, L2=L2,
                   n_ckpt=n_ckpt, q=q)
 
 
@@ -366,7 +365,3 @@ def goodput(step_ns: float, target_steps: int, n_gpus: int, strategy: str | Stra
         mc_ci95_s=float(1.96 * mc_wall.std(ddof=1) / math.sqrt(trials)), mc_std_s=float(mc_wall.std(ddof=1)),
         mc_goodput=float(np.mean(s.W / mc_wall)), mc_breakdown_s={p: float(mc[p].mean()) for p in _PARTS},
         seed=int(seed), notes=notes)
-
-
-def with_interval(st: Strategy, checkpoint_interval_s: float | None) -> Strategy:
-    return replace(st, checkpoint_interval_s=checkpoint_interval_s)

@@ -10,7 +10,7 @@ docs/whatif_models.md. A bad file raises ScenarioError with one line naming the 
 
     sc = load_scenario("faster_net.toml")
     base = sc.calibrate(colls)                 # per [network] calibrate: the run, nccl-tests, or none
-    comm = sc.comm_model(base)                 # a CommModel; sc.optical.model(comm) wraps it in an OCS
+    comm = sc.comm_model(base)                 # a CommModel (inside the OCS model when [optical] is given)
     compute = sc.compute_model()
     sc.failures.goodput(step_ns)               # when [failures] is given
 """
@@ -22,12 +22,14 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from tracekit.errors import TracekitError
 
 from .compute import KERNEL_CLASSES, ComputeModel, Speedup
 from .failures import DEFAULT_MTBF_GPU_HOURS, STRATEGIES, GoodputResult, Strategy, goodput, make_strategy
-from .network import (LINK_CLASSES, AlphaBetaModel, CalibratedModel, LinkOverride, MeasuredComm, WhatIfComm,
-                      calibrate, calibrate_nccl_tests)
+from .network import (DEFAULT_LINKS, LINK_CLASSES, AlphaBetaModel, CalibratedModel, Link, LinkOverride, MeasuredComm,
+                      WhatIfComm, calibrate, calibrate_nccl_tests)
 from .optical import OpticalModel, Phase
 
 
@@ -312,6 +314,16 @@ class Scenario:
                 or bool({k: v for k, v in n.get("links", {}).items() if k != "optical"})
                 or n.get("algorithm") not in (None, "measured"))
 
+    @property
+    def _own_circuits(self) -> bool:
+        o = self.optical
+        return o is not None and (o.circuit_bandwidth_gbps is not None or o.circuit_latency_us is not None)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether comm_model needs a calibrated base (something re-costs transfers)."""
+        return ((self.changes_network and self.network.get("calibrate", "run") != "none") or self._own_circuits)
+
     def calibrate(self, colls, nccl_tests=None) -> CalibratedModel | None:
         """The base model per [network] calibrate: 'run' (default) fits the run's collectives,
         'nccl_tests' the store's nccl_tests rows (given as nccl_tests), 'none' gives None."""
@@ -332,27 +344,46 @@ class Scenario:
         return calibrate_nccl_tests(nccl_tests, group_size=size, n_hosts=self.network.get("nccl_tests_hosts", 1),
                                     algorithm=alg, gpus_per_node=gpn)
 
-    def comm_model(self, calibrated_base: CalibratedModel | None = None):
-        """The communication model of this scenario (before any optical wrapper)."""
+    def comm_model(self, calibrated_base=None, *, nccl_tests=None, with_optical: bool = True):
+        """The communication model of this scenario.
+
+        calibrated_base: a CalibratedModel, or the collectives frame itself (then calibrated here per
+        [network] calibrate, nccl_tests giving the store's nccl_tests rows when that says so), or None
+        (enough when the network is unchanged or calibrate = 'none'). With [optical] present and
+        with_optical, the result is wrapped in the optical circuit switch model."""
+        model = self._network_model(calibrated_base, nccl_tests)
+        if with_optical and self.optical is not None:
+            return self.optical.model(model)
+        return model
+
+    def _network_model(self, base, nccl_tests):
         n = self.network
+        if isinstance(base, pd.DataFrame):
+            base = self.calibrate(base, nccl_tests) if self.needs_calibration else None
         if n.get("algorithm") == "measured" or not self.changes_network:
+            if self._own_circuits:
+                if n.get("calibrate", "run") == "none":  # absolute costs from the default links
+                    return AlphaBetaModel(gpus_per_node=n.get("gpus_per_node"))
+                if base is None:
+                    raise ScenarioError(f"{self._src}: [optical] circuits with their own bandwidth or latency need a "
+                                        "calibrated model: pass the collectives or scenario.calibrate(colls)")
+                return WhatIfComm(base)  # measured times, re-costable on circuits
             return MeasuredComm()
         links = {c: LinkOverride(**v) for c, v in n.get("links", {}).items() if c != "optical"}
         alg = n.get("algorithm")
         bw, lat = n.get("bandwidth_scale", 1.0), n.get("latency_scale", 1.0)
         if n.get("calibrate", "run") == "none":
             # no calibration: absolute costs from the default links, scaled, with the given ones as written
-            from .network import DEFAULT_LINKS, Link
             full = {}
             for c in LINK_CLASSES:
                 d = DEFAULT_LINKS[c]
                 scaled = Link(bandwidth_gbps=d.bandwidth_gbps * bw, latency_us=d.latency_us * lat)
                 full[c] = links[c].over(scaled) if c in links else scaled
             return AlphaBetaModel(links=full, algorithm=alg or "ring", gpus_per_node=n.get("gpus_per_node"))
-        if calibrated_base is None:
+        if base is None:
             raise ScenarioError(f"{self._src}: [network] changes the network but no calibrated model was given: "
-                                "pass scenario.calibrate(colls) to comm_model")
-        return WhatIfComm(calibrated_base, bandwidth_scale=bw, latency_scale=lat, links=links, algorithm=alg)
+                                "pass the collectives or scenario.calibrate(colls) to comm_model")
+        return WhatIfComm(base, bandwidth_scale=bw, latency_scale=lat, links=links, algorithm=alg)
 
     def compute_model(self) -> ComputeModel:
         c = self.compute

@@ -120,7 +120,7 @@ def test_full_file_builds_every_model(tmp_path):
     sc = load_scenario(write(tmp_path, FULL))
     assert (sc.name, sc.description, sc.seed, sc.steps) == ("everything", "all sections", 7, 1000)
     df = colls()
-    comm = sc.comm_model(sc.calibrate(df))
+    comm = sc.comm_model(sc.calibrate(df), with_optical=False)
     assert comm.algorithm == "hierarchical" and comm.links["inter_node"].bandwidth_gbps == 100.0
     assert "optical" not in comm.links
     cm = sc.compute_model()
@@ -130,6 +130,10 @@ def test_full_file_builds_every_model(tmp_path):
     opt = sc.optical.model(comm)
     assert isinstance(opt, OpticalModel) and len(opt.phases) == 2
     assert len(opt.transfer_ns(df)) == len(df)
+    # what the engine calls: the collectives in, the whole comm model (network inside the OCS) out
+    whole = sc.comm_model(df)
+    assert isinstance(whole, OpticalModel) and isinstance(whole.inner, WhatIfComm)
+    assert whole.transfer_ns(df).tolist() == opt.transfer_ns(df).tolist()
     assert isinstance(sc.failures.strategy, Strategy) and sc.failures.strategy.redundancy_overhead == 0.05
     r = sc.failures.goodput(step_ns=4e9)
     assert r.strategy == "redundant" and r.seed == 7 and r.mc_trials == 50
@@ -219,6 +223,25 @@ def test_calibrate_none_uses_scaled_default_links(tmp_path):
     assert isinstance(m, AlphaBetaModel)
     assert m.links["inter_node"].bandwidth_gbps == 100.0  # default 50 GB/s x 2
     assert m.links["intra_node"].bandwidth_gbps == 100.0  # given: as written, not scaled
+
+
+def test_comm_model_from_the_collectives_frame(tmp_path):
+    df = colls()
+    assert isinstance(Scenario.identity().comm_model(df), MeasuredComm)
+    sc = load_scenario(write(tmp_path, "[network]\nbandwidth_scale = 4.0\n"))
+    assert sc.comm_model(df).transfer_ns(df).tolist() == sc.comm_model(sc.calibrate(df)).transfer_ns(df).tolist()
+    only_ocs = load_scenario(write(tmp_path, "[optical]\nreconfig_delay_ms = 3\n[[optical.phase]]\nmatch = \"0\"\n"
+                                             "[[optical.phase]]\nmatch = \"all_gather\"\n", "ocs.toml"))
+    m = only_ocs.comm_model(df)
+    assert isinstance(m, OpticalModel) and isinstance(m.inner, MeasuredComm)
+    assert m.transfer_ns(df).tolist() == df["measured_transfer_ns"].tolist()  # one phase used: no reconfiguration
+    circuits = load_scenario(write(tmp_path, "[optical]\ncircuit_bandwidth_gbps = 400.0\n", "c.toml"))
+    faster = circuits.comm_model(df).transfer_ns(df)
+    inter = (df["n_hosts"] > 1).to_numpy()
+    assert (faster[inter] < df["measured_transfer_ns"].to_numpy()[inter]).all()
+    assert faster[~inter].tolist() == df["measured_transfer_ns"][~inter].tolist()
+    with pytest.raises(ScenarioError, match="calibrated"):
+        circuits.comm_model(None)
 
 
 def test_changed_network_without_base_is_an_error(tmp_path):
