@@ -23,6 +23,8 @@ __all__ = ["write_chrome_trace", "write_rank_traces"]
 # Kineto's process/thread naming metadata; the merged trace writes its own instead (one
 # process per rank and original process, so they say which rank they belong to)
 _RENAMED_META = ("process_name", "process_sort_index", "thread_name")
+# metadata about a whole process (process_labels, ...): written with tid 0, no thread of its own
+_PROCESS_META = "(ph = 'M' AND starts_with(coalesce(name, ''), 'process_'))"
 
 
 def write_chrome_trace(store_dir: str, path: str, *, ranks=None) -> str:
@@ -167,7 +169,7 @@ def _merged_sql(sel: str, base: int) -> str:
     event = _obj(
         _field("ph", "to_json(e.ph)"), _field("cat", "to_json(e.cat)"),
         _field("name", "to_json(coalesce(e.name, ''))"),
-        _field("pid", "p.npid::VARCHAR"), _field("tid", "t.ntid::VARCHAR"),
+        _field("pid", "p.npid::VARCHAR"), _field("tid", "coalesce(t.ntid, 0)::VARCHAR"),
         _field("ts", _us(f"(e.ts_ns - {base})")), _field("dur", _us("e.dur_ns")),
         _field("id", "f.nid::VARCHAR"), _field("bp", "to_json(e.bp)"), _field("s", "to_json(e.scope)"),
         _field("args", "e.args_json"))
@@ -176,8 +178,10 @@ def _merged_sql(sel: str, base: int) -> str:
         _field("tid", "0"), _field("args", args))
     tmeta = _obj(_field("ph", """'"M"'"""), _field("name", """'"thread_name"'"""), _field("pid", "npid::VARCHAR"),
                  _field("tid", "ntid::VARCHAR"), _field("args", _obj(_field("name", "to_json(tname)"))))
-    pname = ("'rank ' || rank::VARCHAR || ':' || coalesce(' ' || labels, '') || coalesce(' ' || pname, '') || "
-             "CASE WHEN pkey <> '' THEN ' (pid ' || pkey || ')' ELSE ' (no pid)' END")
+    # "rank 0: CPU python3.11 (pid 18605)", "rank 0: GPU 0 python3.8 (pid 0)", "rank 0: Spans"
+    pname = ("'rank ' || rank::VARCHAR || ': ' || concat_ws(' ', labels, pname, "
+             "CASE WHEN pnum IS NOT NULL THEN '(pid ' || pnum::VARCHAR || ')' WHEN pkey <> '' THEN pkey "
+             "ELSE '(no pid)' END)")
     return f"""
     WITH e AS (
       SELECT *, {pkey} AS pkey, {tkey} AS tkey FROM _events WHERE {sel} AND ph IS NOT NULL),
@@ -189,17 +193,19 @@ def _merged_sql(sel: str, base: int) -> str:
     procs AS (
       SELECT k.rank, k.pkey,
              row_number() OVER (ORDER BY k.rank, min(ms.sort_index), k.pkey) AS npid,
-             any_value(mn.n) AS pname, any_value(ml.labels) AS labels
-      FROM (SELECT DISTINCT rank, pkey FROM e) k
+             any_value(mn.n) AS pname, any_value(ml.labels) AS labels, any_value(k.pid) AS pnum
+      FROM (SELECT DISTINCT rank, pkey, pid FROM e) k
       LEFT JOIN meta ms ON ms.rank = k.rank AND ms.pkey = k.pkey AND ms.name = 'process_sort_index'
       LEFT JOIN meta mn ON mn.rank = k.rank AND mn.pkey = k.pkey AND mn.name = 'process_name'
       LEFT JOIN meta ml ON ml.rank = k.rank AND ml.pkey = k.pkey AND ml.name = 'process_labels'
       GROUP BY k.rank, k.pkey),
     threads AS (
       SELECT k.rank, k.pkey, k.tkey, row_number() OVER (ORDER BY k.rank, k.pkey, k.tkey) AS ntid,
-             coalesce(any_value(mt.n), CASE WHEN k.tkey <> '' THEN 'thread ' || k.tkey ELSE 'thread' END) ||
-             CASE WHEN k.tkey <> '' THEN ' (tid ' || k.tkey || ')' ELSE '' END AS tname
-      FROM (SELECT DISTINCT rank, pkey, tkey FROM e) k
+             -- the original name, with the original tid when the name does not already say it
+             CASE WHEN any_value(mt.n) IS NULL THEN (CASE WHEN k.tkey <> '' THEN 'thread ' || k.tkey ELSE 'thread' END)
+                  WHEN k.tkey = '' OR contains(any_value(mt.n), k.tkey) THEN any_value(mt.n)
+                  ELSE any_value(mt.n) || ' (tid ' || k.tkey || ')' END AS tname
+      FROM (SELECT DISTINCT rank, pkey, tkey FROM e WHERE NOT {_PROCESS_META}) k
       LEFT JOIN meta mt ON mt.rank = k.rank AND mt.pkey = k.pkey AND mt.tkey = k.tkey AND mt.name = 'thread_name'
       GROUP BY k.rank, k.pkey, k.tkey),
     flows AS (
@@ -214,7 +220,7 @@ def _merged_sql(sel: str, base: int) -> str:
       SELECT 1, p.npid, t.ntid, {tmeta} FROM threads t JOIN procs p USING (rank, pkey)
       UNION ALL
       SELECT 2, e.rank, e.event_id, {event}
-      FROM e JOIN procs p USING (rank, pkey) JOIN threads t USING (rank, pkey, tkey)
+      FROM e JOIN procs p USING (rank, pkey) LEFT JOIN threads t USING (rank, pkey, tkey)
       LEFT JOIN flows f ON f.rank = e.rank AND f.cat IS NOT DISTINCT FROM e.cat AND f.fk = {fkey.replace('flow_id', 'e.flow_id')}
            AND e.ph IN ('s', 't', 'f')
       WHERE (e.ts_ns IS NOT NULL OR e.ph = 'M') AND NOT (e.ph = 'M' AND e.name IN {_RENAMED_META}))
