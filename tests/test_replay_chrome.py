@@ -192,3 +192,24 @@ def test_a_replayed_store_round_trips_through_ingest(tmp_path, tiny_dir):
                                          ("events", "gpu_args", "comm_args", "steps", "flows", "memory", "ranks")}
     assert _store_sql(back, "SELECT count(gpu_start_ns) FROM steps")[0][0] == 4
     assert _store_sql(back, "SELECT count(*) FROM memory")[0][0] > 0
+
+
+@pytest.mark.parametrize("rel", ["hta/critical_path/simple_add", "hta/nccl_parser_config"])
+def test_shared_gpu_traces_round_trip(rel, tmp_path):
+    """Real GPU traces (kernels, memcpys, ac2g flows, collectives; old-style absolute µs times):
+    the rank files ingest back to every event and derived row."""
+    from .conftest import shared_trace_dir
+
+    d = shared_trace_dir(rel)
+    src = tmp_path / "s"
+    tracekit.open(d, store=str(src), rank_from="order").close()
+    write_rank_traces(str(src), str(tmp_path / "traces"))
+    back = tmp_path / "back"
+    tracekit.open(tmp_path / "traces", store=str(back)).close()
+    assert _compare_stores(src, back) == {t: (0, 0) for t in
+                                         ("events", "gpu_args", "comm_args", "steps", "flows", "memory", "ranks")}
+    assert _store_sql(back, "SELECT count(*) FROM gpu_args")[0][0] > 0
+    doc = _load(Path(write_chrome_trace(str(src), str(tmp_path / "all.json.gz"))))
+    _check_format(doc)
+    x = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+    assert x == _store_sql(src, "SELECT count(*) FROM _events WHERE ph = 'X'")[0][0]
