@@ -362,3 +362,30 @@ def test_gpu_trace_from_the_shared_set(tmp_path):
     con = _both(src, out2)
     for t in TABLES:
         assert _except_both(con, f"SELECT * FROM a_{t}", f"SELECT * FROM b_{t}") == (0, 0), t
+
+
+def test_a_failed_write_leaves_the_previous_replay_and_no_debris(src, tmp_path, monkeypatch):
+    import replay.writer as writer
+
+    out = tmp_path / "r"
+    write_retimed_store(str(src), str(out), _times(src), label={"scenario": "kept"})
+    before = _tree_hash(out)
+    calls = []
+    real = writer._write_source
+
+    def failing(cur, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(cur, *a, **k)
+
+    monkeypatch.setattr(writer, "_write_source", failing)
+    with pytest.raises(TracekitError, match="No space left"):
+        write_retimed_store(str(src), str(out), _times(src), label={"scenario": "lost"})
+    after = _tree_hash(out)
+    assert {k: v for k, v in after.items() if k != "lock"} == {k: v for k, v in before.items() if k != "lock"}
+    assert Store(out).manifest.label["scenario"] == "kept"
+    calls.clear()
+    with pytest.raises(TracekitError, match="No space left"):
+        write_retimed_store(str(src), str(tmp_path / "fresh"), _times(src), label={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # neither the store nor its build folder
