@@ -56,7 +56,8 @@ def write_chrome_trace(store_dir: str, path: str, *, ranks=None) -> str:
             raise TracekitError(f"{store.path}: no timed events in the selected ranks; nothing to write")
         base = int(base)
         body = con.execute(_merged_sql(sel, base)).fetchall()[0][0] or ""
-        ranks_present = [r for (r,) in con.execute(f"SELECT DISTINCT rank FROM _events WHERE {sel} ORDER BY rank").fetchall()]
+        ranks_present = [r for (r,) in
+                         con.execute(f"SELECT DISTINCT rank FROM _events WHERE {sel} ORDER BY rank").fetchall()]
     finally:
         con.close()
     head = {"displayTimeUnit": "ns", "baseTimeNanoseconds": base,
@@ -221,7 +222,8 @@ def _merged_sql(sel: str, base: int) -> str:
       UNION ALL
       SELECT 2, e.rank, e.event_id, {event}
       FROM e JOIN procs p USING (rank, pkey) LEFT JOIN threads t USING (rank, pkey, tkey)
-      LEFT JOIN flows f ON f.rank = e.rank AND f.cat IS NOT DISTINCT FROM e.cat AND f.fk = {fkey.replace('flow_id', 'e.flow_id')}
+      LEFT JOIN flows f ON f.rank = e.rank AND f.cat IS NOT DISTINCT FROM e.cat
+           AND f.fk = {fkey.replace('flow_id', 'e.flow_id')}
            AND e.ph IN ('s', 't', 'f')
       WHERE (e.ts_ns IS NOT NULL OR e.ph = 'M') AND NOT (e.ph = 'M' AND e.name IN {_RENAMED_META}))
     SELECT string_agg(line, ',\n' ORDER BY part, k1, k2) FROM lines"""
