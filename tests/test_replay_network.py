@@ -252,3 +252,12 @@ def test_invalid_parameters_are_refused():
     with pytest.raises(ValueError):
         calibrate(synthetic(reps=1), algorithm="hierarchical")
     assert math.isfinite(m.links["inter_node"].bandwidth_gbps)
+
+
+def test_empty_frame_gives_empty_int64():
+    empty = frame([dict(op="all_reduce", bytes=1, group_size=2, n_hosts=1, pg_name=None, measured_transfer_ns=1)]).iloc[:0]
+    m = calibrate(empty)
+    assert any("default" in n for n in m.notes)
+    for model in (MeasuredComm(), AlphaBetaModel(), m, WhatIfComm(m, bandwidth_scale=2.0)):
+        got = model.transfer_ns(empty)
+        assert got.dtype == np.int64 and len(got) == 0

@@ -3,6 +3,8 @@
 adds exactly count x d) and the circuit costs."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -31,6 +33,7 @@ def frame(rows) -> pd.DataFrame:
     return df
 
 
+@functools.lru_cache(maxsize=1)
 def base_model():
     rows = [(op, pg, p, h, int(s), int(2 * (p - 1) * 1e4 + 2 * (p - 1) / p * s / bw))
             for pg, p, h, bw in (("dp", 16, 2, 40.0), ("tp", 8, 1, 300.0), ("pp", 2, 2, 45.0))
