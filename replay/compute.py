@@ -19,6 +19,7 @@ rounded half to even (numpy.rint). rng is accepted for the model interface and n
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ CPU_KINDS = ("cpu", "runtime")
 
 
 def _factor(v, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
         raise ValueError(f"{what} must be a number > 0, got {v!r}")
     return float(v)
 

@@ -43,6 +43,7 @@ with the analytic expectation within its confidence interval; nothing reads the 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -56,7 +57,7 @@ _MAX_DRAWS = 20_000_000
 
 
 def _pos(v, what, allow_zero=True, allow_inf=False):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v):
         raise ValueError(f"{what} must be a number, got {v!r}")
     if math.isinf(v) and not allow_inf:
         raise ValueError(f"{what} must be finite, got {v!r}")

@@ -35,6 +35,7 @@ auto: per collective, the cheapest of ring, tree and hierarchical under the para
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -294,7 +295,9 @@ def _to_ns(x: np.ndarray) -> np.ndarray:
 class MeasuredComm:
     """The measured transfer time, unchanged (replay of the run as it happened)."""
 
-    notes: list[str] = []
+    @property
+    def notes(self) -> list[str]:
+        return []
 
     def with_links(self, links: dict) -> "MeasuredComm":
         if any(isinstance(v, Link) or (isinstance(v, LinkOverride) and (v.bandwidth_gbps or v.latency_us is not None))
@@ -626,7 +629,7 @@ class WhatIfComm:
     def __post_init__(self):
         for name in ("bandwidth_scale", "latency_scale"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            if isinstance(v, bool) or not (isinstance(v, numbers.Real) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a number > 0, got {v!r}")
         self.links = dict(self.links or {})
         _check_links(self.links)

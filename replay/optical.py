@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,7 +112,7 @@ class OpticalModel:
 
     def __post_init__(self):
         d = self.reconfig_delay_ms
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d < 0:
+        if isinstance(d, bool) or not isinstance(d, numbers.Real) or not math.isfinite(d) or d < 0:
             raise ValueError(f"reconfig_delay_ms must be a number >= 0, got {d!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule {self.schedule!r}; allowed: job, phase")

@@ -139,4 +139,7 @@ def test_invalid_inputs():
         goodput(step_ns=1e9, target_steps=10 ** 6, n_gpus=16_384, mtbf_gpu_hours=1.0,
                 strategy=checkpoint_restart(checkpoint_interval_s=1e5))
     assert isinstance(in_memory(), Strategy) and isinstance(redundant(), Strategy)
+    # numpy scalars, as the engine hands them over, are numbers too
+    assert goodput(np.int64(4_200_000_000), np.int64(1000), np.int64(64), trials=2).goodput == \
+        goodput(4.2e9, 1000, 64, trials=2).goodput
     assert np.isfinite(goodput(**LLAMA, trials=2).mc_ci95_s)

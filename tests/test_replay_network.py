@@ -246,6 +246,9 @@ def test_invalid_parameters_are_refused():
     with pytest.raises(ValueError):
         WhatIfComm(m, bandwidth_scale=0)
     with pytest.raises(ValueError):
+        WhatIfComm(m, bandwidth_scale=True)
+    assert WhatIfComm(m, bandwidth_scale=np.float64(2.0), latency_scale=np.int64(1)).bandwidth_scale == 2.0
+    with pytest.raises(ValueError):
         WhatIfComm(m, algorithm="butterfly")
     with pytest.raises(ValueError):
         Link(bandwidth_gbps=-1.0, latency_us=1.0)
