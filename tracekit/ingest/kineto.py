@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -200,6 +201,10 @@ def _int(v: Any) -> int | None:
 
 
 _MAX_OBJECT = 16 << 20
+# DuckDB's budget for the per-file derived tables (steps, flows, memory, sparse args): they need the
+# whole file, and beyond this DuckDB spills to <stage>/spill. A 54 MB trace stays well under it (no
+# spilling); a 2 GB one spills a little and keeps the ingest's peak RSS near 0.5 GB.
+DERIVED_MEMORY = "320MB"
 # DuckDB converters per file, beside the reader thread. Two use both cores on a
 # lone file but hold one more chunk (~30 MB); the process pool already fills
 # the cores when there are several files.
@@ -294,7 +299,15 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
 
     rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank)
     staged = {"events": parts}
-    staged.update(_derived_tables(con, stage_dir, events))
+    # The derived tables join and aggregate over the whole file (a launch and its kernel can be chunks
+    # apart): DuckDB gets a fixed budget and spills the rest to disk, so memory does not grow with the file.
+    spill = os.path.join(stage_dir, "spill")
+    con.execute(f"SET temp_directory = '{_q(spill)}'")
+    con.execute(f"SET memory_limit = '{DERIVED_MEMORY}'")
+    try:
+        staged.update(_derived_tables(con, stage_dir, events))
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
     staged["ranks"] = [_write_rank_row(con, stage_dir, (n_events, first_ts, last_end), source, meta, stream,
                                        rank_source, world_size)]
     con.close()
