@@ -16,6 +16,10 @@ from ._common import echo_err, emit, fail_cleanly, store_option
                    "(rank3, rank-3, worker3 ...), the sorted file order, or a regex with one (\\d+) group.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 512), default=None,
               help="Files ingested in parallel (default: one per CPU core).")
+@click.option("--executor", default=None, metavar="local|local[N]|dask://HOST:PORT",
+              help="Where files are ingested: the local process pool (default; local[N]: N workers) or a Dask "
+                   "distributed cluster's scheduler. With Dask the trace directory and the store must be on a "
+                   "filesystem every worker sees under the same path; only this process writes the manifest.")
 @click.option("--skip-bad", is_flag=True, help="Leave out unreadable traces (listed) instead of failing.")
 @click.option("--force", is_flag=True, help="Re-ingest every file, even unchanged ones.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
@@ -23,7 +27,7 @@ from ._common import echo_err, emit, fail_cleanly, store_option
               help="nccl-tests output (the -J JSON, or the printed table) to keep as the reference bandwidth "
                    "curve for `tracekit comms bandwidth`; repeat for several ops. Kept by later ingests until --force.")
 @fail_cleanly
-def ingest_cmd(trace_dir, store, rank_from, jobs, skip_bad, force, quiet, nccl_tests):
+def ingest_cmd(trace_dir, store, rank_from, jobs, executor, skip_bad, force, quiet, nccl_tests):
     """Ingest a directory of per-rank Kineto traces into a Parquet store.
 
     Unchanged files are skipped; a changed file replaces its partition; a bad
@@ -34,10 +38,12 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, skip_bad, force, quiet, nccl_t
       tracekit ingest runs/job42/
       tracekit ingest runs/job42/ --store /scratch/job42.store --rank-from filename
       tracekit ingest runs/job42/ --nccl-tests all_reduce.json --nccl-tests all_gather_perf.txt
+      tracekit ingest /shared/runs/job42/ --executor dask://scheduler:8786
     """
     from ..ingest import ingest
 
     r = ingest(trace_dir, store, rank_from=rank_from, jobs=jobs, skip_bad=skip_bad, force=force, nccl_tests=nccl_tests,
+               executor=executor,
                on_wait=lambda: echo_err("waiting for another tracekit ingest of this store to finish ..."))
     for source, warnings in r.warnings.items():
         for w in warnings:

@@ -24,6 +24,7 @@ from ..store.schema import SCHEMA_VERSION, TABLES
 from .flight_recorder import FR_SUFFIXES, ingest_flight_recorder, is_fr_candidate
 from .kineto import FileResult, ingest_kineto
 from .nccl import INSPECTOR_SUFFIXES, ingest_inspector, ingest_nccl_tests, is_inspector_candidate
+from .executor import Executor, parse_executor, run_dask
 from .worker import run_pool
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -105,13 +106,15 @@ def _sha256(path: str) -> str:
 
 def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "auto", jobs: int | None = None,
            skip_bad: bool = False, force: bool = False, progress: bool | None = None,
-           on_wait=None, nccl_tests: list[str] | tuple[str, ...] = ()) -> IngestReport:
+           on_wait=None, nccl_tests: list[str] | tuple[str, ...] = (), executor: str | None = None) -> IngestReport:
     """Bring the store of trace_dir up to date with the traces in it.
 
     rank_from: "auto" (distributedInfo, else file name), "filename", "order"
     (sorted file names get ranks 0..N-1) or "regex:<pattern with one group>".
     nccl_tests: nccl-tests result files (JSON or text) to keep as the reference bandwidth curve; files given
     by an earlier ingest stay until --force.
+    executor: where the per-file map runs: "local" (default), "local[N]" or "dask://HOST:PORT" (see
+    executor.py; with Dask the trace directory and the store must be on a filesystem the workers share).
     Raises TracekitError subclasses for bad input; the store is then unchanged.
     """
     t0 = time.perf_counter()
@@ -119,6 +122,13 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         raise TracekitError(f"{trace_dir}: not a directory; pass the directory that holds the per-rank traces")
     if rank_from not in RANK_FROM_CHOICES and not rank_from.startswith("regex:"):
         raise TracekitError(f"--rank-from {rank_from!r}: use one of {', '.join(RANK_FROM_CHOICES)} or 'regex:<pattern>'")
+    ex = parse_executor(executor)
+    if jobs is not None and ex.kind == "dask":
+        raise TracekitError(f"--jobs applies to the local executor, not --executor {ex}; the Dask cluster's "
+                            "workers set the parallelism")
+    if jobs is not None and ex.jobs is not None and jobs != ex.jobs:
+        raise TracekitError(f"--jobs {jobs} and --executor {ex} disagree; give one of them")
+    jobs = jobs or ex.jobs
     trace_dir = os.path.abspath(trace_dir)
     store_dir = os.path.abspath(store_dir or default_store_dir(trace_dir))
     report = IngestReport(store_dir=store_dir)
@@ -198,7 +208,7 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         try:
             refs = _run_nccl_tests(ref_paths, staging)  # first: a bad reference fails before the long part
             results = _run(trace_dir, [t for t in todo if t[0] not in fr_todo | insp_todo], staging, rank_from, forced,
-                           jobs, skip_bad, report, progress)
+                           jobs, skip_bad, report, progress, ex)
             # the rank of a dump comes from its file name, of an Inspector log from its records' headers
             results.update(_run_small(ingest_flight_recorder, "fr", trace_dir, [s for s, _ in todo if s in fr_todo],
                                       staging, skip_bad, report))
@@ -249,7 +259,8 @@ def _forced_ranks(rank_from: str, sources: list[str]) -> dict[str, int]:
     return {s: i for i, s in enumerate(sources)} if rank_from == "order" else {}
 
 
-def _run(trace_dir, todo, staging, rank_from, forced, jobs, skip_bad, report, progress) -> dict[str, FileResult]:
+def _run(trace_dir, todo, staging, rank_from, forced, jobs, skip_bad, report, progress,
+         ex: Executor = Executor("local")) -> dict[str, FileResult]:
     if not todo:
         return {}
     tasks = [{"path": os.path.join(trace_dir, s), "source": s, "stage": os.path.join(staging, f"{i:06d}"),
@@ -273,7 +284,9 @@ def _run(trace_dir, todo, staging, rank_from, forced, jobs, skip_bad, report, pr
     # files the pool already keeps every core busy.
     converters = 2 if len(tasks) == 1 and (os.cpu_count() or 1) >= 2 else 1
     try:
-        if jobs == 1:  # in-process: no start-up cost for the common one-file case
+        if ex.kind == "dask":
+            run_dask(ex, tasks, done)
+        elif jobs == 1:  # in-process: no start-up cost for the common one-file case
             for t in tasks:
                 done(t["source"], lambda t=t: ingest_kineto(t["path"], t["source"], t["stage"],
                                                            rank_from=t["rank_from"], forced_rank=t["forced_rank"],
