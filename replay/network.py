@@ -413,6 +413,40 @@ def _nnls2(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
+def _weighted_fit(A: np.ndarray, Bn: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    w = 1.0 / np.maximum(y, 1.0)
+    alpha, beta = _nnls2(np.column_stack([A * w, Bn * w]), y * w)
+    return float(alpha), float(beta)
+
+
+def _theil_sen(A: np.ndarray, Bn: np.ndarray, y: np.ndarray, cap: int = 300) -> tuple[float, float]:
+    """Robust start: y / A = alpha + (Bn / A) beta is a line; its slope is the median of pairwise
+    slopes (Theil-Sen, on at most cap rows spread evenly over x), its intercept the median residual."""
+    ok = A > 0
+    x, z = Bn[ok] / A[ok], y[ok] / A[ok]
+    order = np.argsort(x, kind="stable")
+    pick = order[np.unique(np.linspace(0, len(order) - 1, min(cap, len(order))).round().astype(int))]
+    xs, zs = x[pick], z[pick]
+    i, j = np.triu_indices(len(xs), k=1)
+    dx = xs[j] - xs[i]
+    good = dx > 0
+    beta = max(0.0, float(np.median((zs[j] - zs[i])[good] / dx[good]))) if good.any() else 0.0
+    alpha = max(0.0, float(np.median(z - beta * x)))
+    return alpha, beta
+
+
+def _inliers(A: np.ndarray, Bn: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Rows within 5 robust sigmas (1.4826 x median) or 50% of a robust fit, in relative residual
+    |pred - y| / max(pred, y). The 1/measured weights of the fit let a single collective measured far
+    below the model (a clock glitch, a transfer hidden under another rank's late kernel) pull the whole
+    class; judged against a robust fit, such rows show and are left out."""
+    alpha, beta = _theil_sen(A, Bn, y)
+    pred = A * alpha + Bn * beta
+    rel = np.abs(pred - y) / np.maximum(np.maximum(y, pred), 1.0)
+    sigma = 1.4826 * float(np.median(rel))
+    return rel <= max(5.0 * sigma, 0.5)
+
+
 def _separable(a: np.ndarray, b: np.ndarray) -> bool:
     """alpha and beta can be told apart only when the rows' coefficient pairs are not all proportional
     (with one op, when there is more than one distinct size)."""
@@ -507,8 +541,12 @@ def calibrate(colls: pd.DataFrame, algorithm: str = "ring", gpus_per_node: int |
         y = r.measured[idx].astype(float)
         link = "inter_node" if inter[idx].any() else "intra_node"
         if _separable(A, Bn):
-            w = 1.0 / np.maximum(y, 1.0)
-            alpha, beta = _nnls2(np.column_stack([A * w, Bn * w]), y * w)
+            keep = _inliers(A, Bn, y)
+            if not keep.all() and _separable(A[keep], Bn[keep]):
+                notes.append(f"class {key}: {int((~keep).sum())} of {len(y)} collective(s) far off a robust fit "
+                             "(relative residual > 5 robust sigmas and > 50%) left out")
+                A, Bn, y = A[keep], Bn[keep], y[keep]
+            alpha, beta = _weighted_fit(A, Bn, y)
             fits[key] = _class_fit(key, link, alpha, beta, A, Bn, y, "fit")
         else:
             pending.append(key)

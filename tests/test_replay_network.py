@@ -264,3 +264,18 @@ def test_empty_frame_gives_empty_int64():
     for model in (MeasuredComm(), AlphaBetaModel(), m, WhatIfComm(m, bandwidth_scale=2.0)):
         got = model.transfer_ns(empty)
         assert got.dtype == np.int64 and len(got) == 0
+
+
+def test_a_wild_outlier_is_left_out_of_the_fit():
+    df = synthetic(reps=1)
+    clean = calibrate(df).classes["pg:0"]
+    bad = df.copy()
+    i = int(np.flatnonzero((bad["pg_name"] == "0").to_numpy())[-1])  # the 64 MiB all_reduce, ~3 ms
+    bad.loc[i, "measured_transfer_ns"] = 2_000  # a glitch: 2 us
+    m = calibrate(bad)
+    fit = m.classes["pg:0"]
+    assert fit.n_rows == clean.n_rows - 1
+    assert fit.alpha_ns == pytest.approx(clean.alpha_ns, rel=0.02)
+    assert fit.beta_ns_per_byte == pytest.approx(clean.beta_ns_per_byte, rel=0.02)
+    assert any("pg:0" in n and "left out" in n for n in m.notes)
+    assert calibrate(df).notes == []  # 1% noise never trims
