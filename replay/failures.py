@@ -202,7 +202,7 @@ class GoodputResult:
     mtbf_job_s: float                 # mean time between failures of the whole job
     checkpoint_interval_s: float      # work seconds between checkpoints (inf: no checkpoints)
     rollback_fraction: float
-    expected_failures: float
+    expected_failures: float          # including failures that strike a restart
     time_to_train_s: float            # analytic expectation of the wall time
     goodput: float                    # useful / wall
     effective_training_time_pct: float
@@ -213,6 +213,7 @@ class GoodputResult:
     mc_std_s: float
     mc_goodput: float
     mc_breakdown_s: dict
+    mc_failures: float                # mean failures per trial
     seed: int
     notes: list = field(default_factory=list)
 
@@ -264,7 +265,7 @@ def _setup(step_ns, target_steps, n_gpus, st: Strategy, mtbf_gpu_hours) -> _Setu
     elif tau >= work:
         n_full, L1, L2, n_ckpt = 0, 0.0, work + C, 1
     else:
-        tau = max(tau, step_s * 1e-9)
+        tau = max(tau, step_s)  # a checkpoint falls between steps: never more often than every step
         n_full = int(work // tau)
         rem = work - n_full * tau
         L1, L2 = tau + C, (rem + C if rem > 1e-9 * work else 0.0)
@@ -287,7 +288,7 @@ def _analytic(s: _Setup) -> dict:
     lost_rb = X - (s.n_full * s.L1 + s.L2)
     return {"useful": s.W, "redundancy": s.work - s.W, "checkpoint": checkpoint,
             "lost_work": lost_rb + n_ab * s.step_s / 2, "recovery": n_rb * _restart_time(s.lam, s.R) + n_ab * s.F,
-            "degraded": n_ab * s.D, "_failures": n_rb + n_ab}
+            "degraded": n_ab * s.D, "_failures": n_rb * math.exp(s.lam * s.R) + n_ab}  # incl. failed restarts
 
 
 def _trunc_exp(rng, lam: float, L: float, size: int) -> np.ndarray:
@@ -314,8 +315,8 @@ def _monte_carlo(s: _Setup, trials: int, rng: np.random.Generator) -> dict[str, 
             lost += _per_trial_sum(trials, k, _trunc_exp(rng, s.lam_r, L, int(k.sum())))
             k_total += k
     restart = k_total * s.R
+    j = np.zeros(trials, dtype=np.int64)
     if s.lam > 0 and s.R > 0 and k_total.any():
-        j = np.zeros(trials, dtype=np.int64)
         has = k_total > 0
         j[has] = rng.negative_binomial(k_total[has], math.exp(-s.lam * s.R))
         restart = restart + _per_trial_sum(trials, j, _trunc_exp(rng, s.lam, s.R, int(j.sum())))
@@ -327,7 +328,7 @@ def _monte_carlo(s: _Setup, trials: int, rng: np.random.Generator) -> dict[str, 
     checkpoint = s.n_ckpt * s.C
     return {"useful": np.full(trials, s.W), "redundancy": np.full(trials, s.work - s.W),
             "checkpoint": np.full(trials, checkpoint), "lost_work": lost + half_steps,
-            "recovery": restart + n_ab * s.F, "degraded": n_ab * s.D, "_failures": (k_total + n_ab).astype(float)}
+            "recovery": restart + n_ab * s.F, "degraded": n_ab * s.D, "_failures": (k_total + j + n_ab).astype(float)}
 
 
 _PARTS = ("useful", "redundancy", "checkpoint", "lost_work", "recovery", "degraded")
@@ -365,4 +366,5 @@ def goodput(step_ns: float, target_steps: int, n_gpus: int, strategy: str | Stra
         breakdown_s={p: a[p] for p in _PARTS}, mc_trials=trials, mc_time_to_train_s=float(mc_wall.mean()),
         mc_ci95_s=float(1.96 * mc_wall.std(ddof=1) / math.sqrt(trials)), mc_std_s=float(mc_wall.std(ddof=1)),
         mc_goodput=float(np.mean(s.W / mc_wall)), mc_breakdown_s={p: float(mc[p].mean()) for p in _PARTS},
+        mc_failures=float(mc["_failures"].mean()),
         seed=int(seed), notes=notes)
