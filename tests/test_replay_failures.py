@@ -105,6 +105,13 @@ def test_no_failures_means_no_waste():
     assert fixed.time_to_train_s == 1020.0 and fixed.breakdown_s["checkpoint"] == 20.0
 
 
+def test_free_checkpoints_are_taken_every_step():
+    r = goodput(step_ns=2e9, target_steps=5000, n_gpus=1024, strategy=checkpoint_restart(checkpoint_cost_s=0.0),
+                trials=20)
+    assert r.checkpoint_interval_s == 2.0 and r.breakdown_s["checkpoint"] == 0.0
+    assert r.breakdown_s["lost_work"] / r.expected_failures < 1.0  # at most a step lost per failure
+
+
 def test_strategies_order_as_expected():
     res = {k: goodput(**LLAMA, strategy=k, trials=20) for k in STRATEGIES}
     assert res["in_memory"].goodput > res["checkpoint_restart"].goodput
