@@ -15,12 +15,16 @@ model=(--d-model 128 --layers 2 --vocab 512 --seq-len 32 --batch-size 8 --steps 
 tracekit demo-train --out "$out/ddp4_loopback" --ranks 4 "${model[@]}"
 # (b) 3-rank DDP, rank 1 sleeps 40 ms per step in data loading (a straggler).
 tracekit demo-train --out "$out/ddp3_slow_rank1" --ranks 3 --slow-rank 1 --slow-ms 40 "${model[@]}"
-# (c) the same 2-host DDP job (one rank per host) at two link rates: replay what-if ground truth.
+# The testbed sets are the what-if ground truth (docs/whatif.md): the same gradients (2.1 MB), a smaller
+# per-rank batch so that the runs are communication-bound (4 ranks on a 2-core machine would otherwise
+# distort compute), and 6 profiled steps for stable medians.
+testbed=(--d-model 128 --layers 2 --vocab 512 --seq-len 16 --batch-size 2 --steps 6 --warmup 1 --timed-steps 6)
+# (c) the same 2-host DDP job (one rank per host) at two link rates: "links 4x faster" and back.
 for rate in 100 400; do
-  tracekit demo-train --out "$out/ddp2_2hosts_${rate}mbit" --ranks 2 --hosts 2 --link-rate-mbit "$rate" "${model[@]}"
+  tracekit demo-train --out "$out/ddp2_2hosts_${rate}mbit" --ranks 2 --hosts 2 --link-rate-mbit "$rate" "${testbed[@]}"
 done
-# (d) the same job on 2 and 4 hosts (a bridge joins the 4), communication-bound at 100 Mbit/s.
-tracekit demo-train --out "$out/ddp4_4hosts_100mbit" --ranks 4 --hosts 4 --link-rate-mbit 100 "${model[@]}"
+# (d) the same job on 4 hosts (a bridge joins them) at 100 Mbit/s: data parallelism 2 -> 4 and back.
+tracekit demo-train --out "$out/ddp4_4hosts_100mbit" --ranks 4 --hosts 4 --link-rate-mbit 100 "${testbed[@]}"
 
 # Ingest must find every rank; the store itself is not bundled.
 for d in "$out"/*/; do

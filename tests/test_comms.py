@@ -297,7 +297,7 @@ def test_bandwidth_on_shaped_links_reaches_the_link_rate(samples, name, link_gbp
     never above it."""
     bw = comms.bandwidth_report(samples(name))
     ar = bw[(bw["op"] == "all_reduce")].iloc[0]
-    assert ar["collectives"] == 3 and ar["size_bucket_bytes"] == 1 << 21
+    assert ar["collectives"] == 6 and ar["size_bucket_bytes"] == 1 << 21  # one per profiled step
     assert 0.8 * link_gbps < ar["median_busbw_gbps"] <= 1.02 * link_gbps
 
 

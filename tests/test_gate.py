@@ -114,26 +114,26 @@ def test_slow_link_fails(runs, tmp_path):
     assert m["step_time_ns"]["status"] == "fail" and m["step_time_ns"]["change_pct"] > 20
     assert m["step_time_ns"]["p_value"] < 0.01 and m["step_time_ns"]["effect_size"] == 1.0
     assert m["exposed_comm_ns"]["status"] == "fail"
-    # the link is what got slower: busbw dropped, but 3 allreduces per run are too few to test
-    assert m["busbw_gbps:all_reduce"]["status"] == "inconclusive" and m["busbw_gbps:all_reduce"]["change_pct"] < -50
+    # the link is what got slower: busbw dropped 4x, significant over 6 all-reduces per run
+    assert m["busbw_gbps:all_reduce"]["status"] == "fail" and m["busbw_gbps:all_reduce"]["change_pct"] < -50
     assert "### tracekit gate: REGRESSION" in md.read_text() and "| ❌ | `step_time_ns`" in md.read_text()
     suite = ET.parse(xml).getroot()
-    assert int(suite.get("tests")) == len(m) and int(suite.get("failures")) == 2
+    assert int(suite.get("tests")) == len(m) and int(suite.get("failures")) == 3
     assert {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None} == \
-        {"step_time_ns", "exposed_comm_ns"}
-    # the other way round, step time and exposed communication improve significantly; CPU compute
-    # time per step triples on the fast link (gloo's threads and the model share 2 cores: more
-    # compute now overlaps the shorter transfer) and the gate reports exactly that
+        {"step_time_ns", "exposed_comm_ns", "busbw_gbps:all_reduce"}
+    # the other way round, step time, exposed communication and busbw improve significantly; CPU
+    # compute time per step moves by more than its threshold but within noise, and the gate says so
     r = _gate(runs["ddp2_2hosts_100mbit"], runs["ddp2_2hosts_400mbit"], "--json", js)
     m = _metrics(js)
     assert m["step_time_ns"]["note"] == m["exposed_comm_ns"]["note"] == "significant improvement"
-    assert r.exit_code == 1 and [k for k, v in m.items() if v["status"] == "fail"] == ["compute_ns"]
+    assert m["busbw_gbps:all_reduce"]["note"] == "significant improvement"
+    assert r.exit_code == 0 and not [k for k, v in m.items() if v["status"] == "fail"]
 
 
 def test_thresholds_from_config_decide(runs, tmp_path, monkeypatch):
     cfg = tmp_path / "pyproject.toml"
     cfg.write_text('[tool.tracekit.gate]\nalpha = 0.01\n[tool.tracekit.gate.thresholds]\n'
-                   'step_time_ns = "30%"\nexposed_comm_ns = "150%"\n')
+                   'step_time_ns = "250%"\nexposed_comm_ns = "350%"\n"busbw_gbps:all_reduce" = "80%"\n')
     monkeypatch.chdir(tmp_path)  # found as ./pyproject.toml without --config
     js = tmp_path / "g.json"
     r = _gate(runs["ddp2_2hosts_400mbit"], runs["ddp2_2hosts_100mbit"], "--json", js)
