@@ -210,7 +210,7 @@ def _load(run, ranks) -> dict:
         "steps": run.sql(f"""
             SELECT rank, step, pid, tid, ts_ns, end_ns, is_last FROM steps WHERE {in_ranks}
             ORDER BY rank, step""", p),
-        "hosts": run.sql("SELECT rank, hostname FROM ranks ORDER BY rank"),
+        "hosts": _hosts(run),
     }
     comms.prepare(run)
     out["comm"] = run.sql(f"""
@@ -221,6 +221,19 @@ def _load(run, ranks) -> dict:
         WHERE r.{in_ranks} AND r.timeline IN ('gpu', 'cpu')
         ORDER BY r.match_key, r.rank""", p)
     return out
+
+
+def _hosts(run) -> pd.DataFrame:
+    """rank -> host. Testbed namespaces share the machine's hostname, so run.json's per-rank `host`
+    label, when there is one, names the host a rank ran on."""
+    from tracekit.capture.manifest import read
+
+    hosts = run.sql("SELECT rank, hostname FROM ranks ORDER BY rank")
+    label = {int(r["rank"]): r["host"] for r in read(getattr(run, "trace_dir", None)).get("ranks") or []
+             if isinstance(r, dict) and r.get("host") is not None and r.get("rank") is not None}
+    if label:
+        hosts["hostname"] = [label.get(int(r), h) for r, h in zip(hosts["rank"], hosts.hostname)]
+    return hosts
 
 
 def _assemble(d: dict, ranks) -> Graph:
@@ -250,7 +263,7 @@ def _assemble(d: dict, ranks) -> Graph:
     cpu["track"] = track_of(cpu) if len(cpu) else np.zeros(0, np.int64)
     gpu["track"] = track_of(gpu) if len(gpu) else np.zeros(0, np.int64)
 
-    colls, members = _collectives(d["comm"], d["hosts"], notes, cpu, gpu)
+    colls, members = _collectives(d["comm"], d["hosts"], notes, cpu, gpu, _busy_spans(cpu) if len(cpu) else {})
     role = {}  # (rank, event_id) -> ("sync", -1) | ("comm", coll_id)
     for r, e, n in zip(cpu["rank"].to_numpy(), cpu.event_id.to_numpy(), cpu.name.to_numpy()):
         if n in SYNC_CALLS:
@@ -288,7 +301,7 @@ def _assemble(d: dict, ranks) -> Graph:
     if len(gpu) and len(cpu):
         counts.update(_launch_and_sync_edges(nb, nodes, cpu, gpu, d["cuda_sync"], first, exit_of))
     if len(colls):
-        counts.update(_collective_edges(nb, nodes, colls, d["comm"], cpu, first, exit_of, bar_ids, chains))
+        counts.update(_collective_edges(nb, nodes, colls, d["comm"], tracks, first, exit_of, bar_ids, chains))
 
     nodes, (src, dst, from_end, ekind) = nb.arrays()
     g = Graph(kind=nodes["kind"], rank=nodes["rank"], track=nodes["track"], event_id=nodes["event_id"],
@@ -300,6 +313,23 @@ def _assemble(d: dict, ranks) -> Graph:
     return g
 
 
+def _top_level(ts: np.ndarray, end: np.ndarray):
+    """Busy spans of a thread: (starts, ends) of its top-level groups of events (ts sorted)."""
+    run_end = np.maximum.accumulate(end)
+    new = np.ones(len(ts), bool)
+    new[1:] = ts[1:] >= run_end[:-1]
+    heads = np.flatnonzero(new)
+    return ts[heads], np.maximum.reduceat(end, heads)
+
+
+def _busy_spans(cpu: pd.DataFrame) -> dict:
+    """{(rank, pid, tid): (starts, ends)} of every CPU thread's busy spans."""
+    out = {}
+    for key, g in cpu.sort_values(["rank", "pid", "tid", "ts_ns"], kind="stable").groupby(["rank", "pid", "tid"], sort=False):
+        out[tuple(int(k) for k in key)] = _top_level(g.ts_ns.to_numpy(np.int64), g.end_ns.to_numpy(np.int64))
+    return out
+
+
 def _cpu_track(nb: _Nodes, track: int, g: pd.DataFrame, role, first, last, exit_of):
     """Cut a thread's busy time into pieces at every special event's start and end; a sync call or a
     collective participant that is a single piece becomes an instant followed by its exit node."""
@@ -308,11 +338,7 @@ def _cpu_track(nb: _Nodes, track: int, g: pd.DataFrame, role, first, last, exit_
     names = g.name.to_numpy(object)
     cat = g.cat.to_numpy(object)
     special = np.isin(cat, _RUNTIME_CATS) | (cat == "user_annotation") | np.char.startswith(names.astype(str), "c10d::")
-    run_end = np.maximum.accumulate(end)
-    new = np.ones(len(ts), bool)
-    new[1:] = ts[1:] >= run_end[:-1]
-    heads = np.flatnonzero(new)
-    gs, ge = ts[heads], np.maximum.reduceat(end, heads)
+    gs, ge = _top_level(ts, end)
     pts = np.unique(np.concatenate([gs, ge, ts[special], end[special]]))
     a, z = pts[:-1], pts[1:]
     inside = np.searchsorted(gs, a, side="right") - 1
@@ -430,13 +456,14 @@ def _owners(ts, end, idx, a, z):
     return out
 
 
-def _collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.DataFrame, gpu: pd.DataFrame):
+def _collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.DataFrame, gpu: pd.DataFrame,
+                 spans: dict):
     """One row per collective instance (the communication model's input) and its participants' events:
     {(rank, event_id): coll_id}. A participant's measured time splits into its wait (until the last
     participant arrived) and the transfer (from then to the first finish, which every rank shares)."""
     cols = ["coll_id", "match_key", "op", "bytes", "group_size", "ranks", "n_hosts", "pg_name", "timeline",
             "measured_transfer_ns", "first_arrival_ns", "last_arrival_ns", "barrier_start_ns", "order",
-            "present_ranks", "events", "early", "missing_peers"]
+            "present_ranks", "events", "early", "missing_peers", "wakes", "callers"]
     if rows.empty:
         return pd.DataFrame(columns=cols), {}
     ev = rows.runloop_event_id.where(rows.timeline == "cpu")
@@ -446,6 +473,9 @@ def _collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.D
     times = pd.concat([cpu[["rank", "event_id", "ts_ns", "end_ns"]], gpu[["rank", "event_id", "ts_ns", "end_ns"]]])
     rows = rows.merge(times, on=["rank", "event_id"], how="inner")
     rows = rows.sort_values(["match_key", "rank", "ts_ns"], kind="stable").drop_duplicates(["match_key", "rank"])
+    calls = cpu[["rank", "event_id", "pid", "tid"]].rename(columns={"event_id": "cpu_event_id", "pid": "call_pid",
+                                                                    "tid": "call_tid"})
+    rows = rows.merge(calls, on=["rank", "cpu_event_id"], how="left")
     if rows.empty:
         return pd.DataFrame(columns=cols), {}
     host_of = dict(zip(hosts["rank"].astype(int), hosts.hostname))
@@ -464,9 +494,23 @@ def _collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.D
     transfer[single] = (agg.first_end_ns - agg.first_arrival_ns).to_numpy(np.int64)[single]
     agg["measured_transfer_ns"] = transfer
     agg["barrier_start_ns"] = agg.last_arrival_ns
+    # gloo: the caller blocks in wait() and wakes when the collective completes, which the runloop's
+    # annotation can outlast by a few ms; the shared transfer window ends at the first sign of
+    # completion on any rank: the first annotation end or the first caller's wake-up
+    wake = _wake_times(rows, agg.last_arrival_ns, spans)
+    rows["wake_ns"] = wake
+    first_wake = rows.assign(w=np.where(wake >= 0, wake, np.iinfo(np.int64).max)).groupby("match_key", sort=False).w.min()
+    cut = first_wake.to_numpy(np.int64) - agg.last_arrival_ns.to_numpy(np.int64)
+    has = first_wake.to_numpy(np.int64) != np.iinfo(np.int64).max
+    use = has & (cut >= 0) & ~single & (cut < transfer)
+    transfer = np.where(use, cut, transfer)
+    agg["measured_transfer_ns"] = transfer
     rel = rows.match_key.map(agg.last_arrival_ns + agg.measured_transfer_ns).to_numpy(np.int64)
     rows["early"] = rows.end_ns.to_numpy(np.int64) < rel
     agg["early"] = rows.groupby("match_key", sort=False).early.agg(list)
+    agg["wakes"] = rows.groupby("match_key", sort=False).wake_ns.agg(list)
+    agg["callers"] = rows.groupby("match_key", sort=False).apply(
+        lambda x: list(zip(x["rank"], x.call_pid, x.call_tid)), include_groups=False)
     groups, sizes, hosts_n, miss = [], [], [], []
     cache = {}
     for pr, rk, gs in zip(agg.pg_ranks, agg.present_ranks, agg.group_size):
@@ -500,6 +544,36 @@ def _collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.D
         notes.append(f"{missing} collective(s) have peers outside the replayed ranks: their arrival is taken from "
                      "the measured wait (the present ranks' waits are kept inside the transfer time)")
     return df[cols], members
+
+
+def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.ndarray:
+    """For each gloo participant: when its calling thread woke from the wait (the end of the idle gap that
+    covers most of the transfer window), -1 when the caller did not sit idle through it."""
+    out = np.full(len(rows), -1, np.int64)
+    la = rows.match_key.map(last_arrival).to_numpy(np.int64)
+    for i, (tl, r, pid, tid, end) in enumerate(zip(rows.timeline, rows["rank"], rows.call_pid, rows.call_tid,
+                                                   rows.end_ns)):
+        if tl != "cpu" or pd.isna(pid) or pd.isna(tid):
+            continue
+        sp = spans.get((int(r), int(pid), int(tid)))
+        if sp is None or len(sp[0]) < 2:
+            continue
+        gs, ge = sp
+        lo, hi = la[i], int(end)
+        window = hi - lo
+        if window <= 0:
+            continue
+        # idle gaps (ge[j], gs[j+1]) overlapping the window; the one covering most of it
+        j0 = max(0, np.searchsorted(ge, lo, side="right") - 1)
+        j1 = np.searchsorted(gs, hi, side="right")
+        best, best_j = 0, -1
+        for j in range(j0, min(j1, len(gs) - 1)):
+            ov = min(gs[j + 1], hi) - max(ge[j], lo)
+            if ov > best:
+                best, best_j = ov, j
+        if best_j >= 0 and best * 2 >= window:
+            out[i] = gs[best_j + 1]
+    return out
 
 
 def _launch_and_sync_edges(nb: _Nodes, nodes, cpu, gpu, cuda_sync, first, exit_of) -> dict:
@@ -611,7 +685,7 @@ def _event_wait_edges(nb: _Nodes, rt, ops, cuda_sync) -> int:
     return len(src)
 
 
-def _collective_edges(nb: _Nodes, nodes, colls, rows, cpu, first, exit_of, bar_ids, chains) -> dict:
+def _collective_edges(nb: _Nodes, nodes, colls, rows, tracks, first, exit_of, bar_ids, chains) -> dict:
     """arrive / release around each barrier; gloo enqueue and host waits."""
     a_src, a_dst, r_src, r_dst = [], [], [], []
     for c, rks, evs, early in zip(colls.coll_id, colls.present_ranks, colls.events, colls.early):
@@ -627,33 +701,32 @@ def _collective_edges(nb: _Nodes, nodes, colls, rows, cpu, first, exit_of, bar_i
                 r_dst.append(exit_of[f])
     nb.link(a_src, a_dst, False, "arrive")
     nb.link(r_src, r_dst, True, "release")
-    # gloo: the call enqueues the runloop's work; the caller blocks in wait() when it idles across the end
+    # gloo: the call enqueues the runloop's work; a caller that sat idle through the transfer blocked in
+    # wait() and woke when the collective completed: the barrier's end -> its first op after the wake
     loose = rows[rows.runloop_event_id.notna() & rows.cpu_event_id.notna()]
     q_src, q_dst, w_src, w_dst = [], [], [], []
-    if len(loose):
-        kind, start, dur, track = nodes["kind"], nodes["start_ns"], nodes["dur_ns"], nodes["track"]
-        chain_of = {}
-        for ids, is_gpu in chains:
-            if not is_gpu and len(ids):
-                chain_of[int(track[ids[0]])] = ids
-        for r, call, loop in zip(loose["rank"].astype(int), loose.cpu_event_id.astype(np.int64),
-                                 loose.runloop_event_id.astype(np.int64)):
-            cf, lf = first.get((r, int(call))), first.get((r, int(loop)))
-            if cf is None or lf is None:
-                continue
+    for r, call, loop in zip(loose["rank"].astype(int), loose.cpu_event_id.astype(np.int64),
+                             loose.runloop_event_id.astype(np.int64)):
+        cf, lf = first.get((r, int(call))), first.get((r, int(loop)))
+        if cf is not None and lf is not None:
             q_src.append(cf)
             q_dst.append(lf)
-            x = exit_of.get(lf)
-            if x is None:
+    track, start = nodes["track"], nodes["start_ns"]
+    chain_of = {}
+    for ids, is_gpu in chains:
+        if not is_gpu and len(ids):
+            chain_of[int(track[ids[0]])] = ids
+    tkey = {(int(r), int(p), int(t)): int(k) for r, p, t, k in zip(tracks["rank"], tracks.pid, tracks.tid, tracks.track)}
+    for c, wakes, callers in zip(colls.coll_id, colls.wakes, colls.callers):
+        for w, (r, pid, tid) in zip(wakes, callers):
+            if w < 0 or pd.isna(pid):
                 continue
-            done = start[x]
-            ids = chain_of.get(int(track[cf]))
+            ids = chain_of.get(tkey.get((int(r), int(pid), int(tid)), -1))
             if ids is None:
                 continue
-            ends = start[ids] + dur[ids]
-            j = np.searchsorted(start[ids], done, side="left")  # first node starting at/after the end
-            if j < len(ids) and (j == 0 or ends[j - 1] <= done) and ids[j] != cf:
-                w_src.append(x)
+            j = np.searchsorted(start[ids], int(w), side="left")
+            if j < len(ids) and start[ids[j]] == int(w):
+                w_src.append(bar_ids[int(c)])
                 w_dst.append(int(ids[j]))
     nb.link(q_src, q_dst, False, "enqueue")
     nb.link(w_src, w_dst, True, "host_wait")

@@ -174,13 +174,13 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     g = graph if graph is not None else _graph.build(run, ranks)
     build_s = time.perf_counter() - t
     scen = _scenario(scenario)
-    dur, lag = apply_models(g, scen)
+    dur, lag, model_notes = apply_models(g, scen, run)
     t = time.perf_counter()
     eng = Engine(g.n_nodes, g.src, g.dst, g.from_end, g.lag_ns, source=0, t0_ns=g.origin_ns, compiled=compiled)
     sched = eng.run(dur, lag)
     replay_s = time.perf_counter() - t
     res = ReplayResult(graph=g, start_ns=sched.start_ns, end_ns=sched.end_ns, steps=pd.DataFrame(), run=run,
-                       scenario=scen, build_s=build_s, replay_s=replay_s, notes=list(g.notes))
+                       scenario=scen, build_s=build_s, replay_s=replay_s, notes=list(g.notes) + model_notes)
     res.steps = _steps(res)
     return res
 
@@ -193,25 +193,50 @@ def _scenario(scenario):
     return load_scenario(scenario)
 
 
-def apply_models(g, scenario):
-    """Node durations and edge lags under the scenario's models (measured when scenario is None)."""
+def apply_models(g, scenario, run=None):
+    """Node durations and edge lags under the scenario's models (measured when scenario is None).
+    Returns (dur_ns per node, lag_ns per edge, notes)."""
     dur = g.dur_ns.copy()
     lag = g.lag_ns.copy()
+    notes: list[str] = []
     if scenario is None:
-        return dur, lag
+        return dur, lag, notes
     rng = np.random.default_rng(getattr(scenario, "seed", 0))
     compute = scenario.compute_model() if hasattr(scenario, "compute_model") else None
     if compute is not None:
         dur = np.asarray(compute.node_durations(g.nodes(), rng), np.int64)
         barrier = g.kind == _graph.K["barrier"]
         dur[barrier] = g.dur_ns[barrier]
+        # the gaps between ops on a thread are CPU time too: they follow the CPU speed of their rank
+        thread = g.edge_kind == _graph.E["thread"]
+        f = np.full(g.n_edges, 1.0 / getattr(compute, "cpu_scale", 1.0))
+        for r, k in (getattr(compute, "rank_slowdown", None) or {}).items():
+            f[g.rank[g.dst] == int(r)] *= k
+        sel = thread & (f != 1.0)
+        lag[sel] = np.rint(lag[sel] * f[sel]).astype(np.int64)
     if len(g.colls) and hasattr(scenario, "comm_model"):
-        comm = scenario.comm_model(g.colls)
+        colls = g.colls
+        par = getattr(scenario, "parallelism", None) or {}
+        base = None
+        if par:
+            from . import parallelism
+
+            lay = parallelism.layout(run) if run is not None else {}
+            parallelism.check_unsupported(par, lay)
+            if par.get("dp") is not None:
+                from .network import calibrate
+
+                base = scenario.calibrate(colls) if scenario.network.get("calibrate", "run") != "none" else None
+                base = base if base is not None else calibrate(colls)
+                colls, more = parallelism.apply_dp(g, int(par["dp"]), lay, base)
+                notes += more
+        comm = scenario.comm_model(base if base is not None and scenario.needs_calibration else colls)
         if comm is not None:
-            transfer = np.asarray(comm.transfer_ns(g.colls, rng), np.int64)
+            transfer = np.asarray(comm.transfer_ns(colls, rng), np.int64)
             barrier_ids = np.flatnonzero(g.kind == _graph.K["barrier"])
             dur[barrier_ids[np.argsort(g.coll[barrier_ids])]] = transfer
-    return np.maximum(dur, 0), lag
+            notes += [n for n in getattr(comm, "notes", []) or [] if n not in notes]
+    return np.maximum(dur, 0), lag, notes
 
 
 def _steps(res: ReplayResult) -> pd.DataFrame:

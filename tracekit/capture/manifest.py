@@ -88,6 +88,26 @@ def write(out_dir: str, manifest: dict) -> str:
     return path
 
 
+def read(trace_dir: str | None) -> dict:
+    """The run manifest (run.json) of a trace directory; {} when there is none. A file that exists but
+    cannot be read is an error naming it."""
+    import json
+
+    if not trace_dir:
+        return {}
+    path = os.path.join(trace_dir, MANIFEST_NAME)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        from ..errors import TracekitError
+
+        raise TracekitError(f"{path}: cannot read the run manifest: {e}") from None
+    return doc if isinstance(doc, dict) else {}
+
+
 def _device_name(torch) -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.cuda.current_device())

@@ -1,0 +1,98 @@
+"""Parallelism what-ifs: a different data-parallel degree (and, with the inputs they need, tensor and
+pipeline degrees) applied to a run's graph.
+
+What each transform needs, and what it changes:
+
+  dp   The current layout (run.json's `parallel` block that `tracekit record` / `demo-train` write, or
+       process groups whose description names data parallelism) and a communication model calibrated
+       from the run. The gradient collectives of the data-parallel group change group size (p -> p'),
+       their ranks and hosts (one rank per host stays one rank per host); their transfer becomes
+       measured x cost(p') / cost(p) under the calibrated alpha-beta model, before any network change
+       of the scenario applies. Per-rank work is unchanged (weak scaling: the per-rank batch is kept,
+       the global batch grows by p'/p); the new ranks behave like the measured ones (they are not
+       replayed separately: ranks identical up to noise are folded).
+  tp, pp, micro_batches
+       Need the model's layer structure (per-layer compute and the tensor-parallel collectives of each
+       layer) from the trace; a trace without it is refused with a message that says what is missing.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from tracekit.errors import TracekitError
+
+_DP_DESCS = ("dp", "data_parallel", "data-parallel", "ddp", "default_pg", "world")
+
+
+def layout(run) -> dict:
+    """The run's parallel layout from run.json: {dp, tp, pp, micro_batches, global_batch_size, source};
+    {} when the trace directory has no run manifest with a `parallel` block."""
+    from tracekit.capture.manifest import MANIFEST_NAME, read
+
+    trace_dir = getattr(run, "trace_dir", None)
+    par = read(trace_dir).get("parallel") or {}
+    if not par.get("dp"):
+        return {}
+    return {"dp": int(par["dp"]), "tp": int(par.get("tp", 1)), "pp": int(par.get("pp", 1)),
+            "micro_batches": int(par.get("micro_batches", 1)), "global_batch_size": par.get("global_batch_size"),
+            "source": os.path.join(trace_dir, MANIFEST_NAME)}
+
+
+def apply_dp(g, new_dp: int, lay: dict, calibrated) -> tuple[pd.DataFrame, list[str]]:
+    """The graph's collectives with the data-parallel group resized to new_dp, transfers re-costed."""
+    colls = g.colls.copy()
+    if not lay:
+        raise TracekitError("[parallelism] dp: the run's data-parallel degree is unknown: it needs run.json with a "
+                            "'parallel' block (written by `tracekit record` / `demo-train`) next to the traces")
+    dp = lay["dp"]
+    if lay.get("tp", 1) != 1 or lay.get("pp", 1) != 1:
+        dp_sel = colls.pg_name.astype(str).str.lower().isin(_DP_DESCS)
+        if not dp_sel.any():
+            raise TracekitError("[parallelism] dp: the run mixes parallelisms and no process group is named as the "
+                                "data-parallel one; cannot tell the gradient collectives apart")
+    else:
+        dp_sel = colls.group_size.astype(int) == dp
+    if not dp_sel.any():
+        raise TracekitError(f"[parallelism] dp: no collective of the data-parallel group (size {dp}) in the trace")
+    notes = []
+    if new_dp == dp:
+        return colls, notes
+    if calibrated is None:
+        raise TracekitError("[parallelism] dp: re-costing the gradient collectives needs a calibrated network "
+                            "model ([network] calibrate = 'run' or 'nccl_tests')")
+    old = colls[dp_sel].copy()
+    new = old.copy()
+    new["group_size"] = new_dp
+    new["ranks"] = [list(range(new_dp)) for _ in range(len(new))]
+    nh = old.n_hosts.astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+    per_host = old.group_size.to_numpy(float) / np.where(np.isnan(nh) | (nh <= 0), 1.0, nh)
+    new_hosts = np.where(np.isnan(nh), np.nan, np.maximum(1.0, np.ceil(new_dp / per_host)))
+    new["n_hosts"] = pd.array(np.where(np.isnan(new_hosts), 0, new_hosts).astype(np.int64), dtype="Int64")
+    new.loc[np.isnan(new_hosts), "n_hosts"] = pd.NA
+    c_old = calibrated.transfer_ns(old).astype(float)
+    c_new = calibrated.transfer_ns(new).astype(float)
+    ratio = np.where(c_old > 0, c_new / np.maximum(c_old, 1.0), 1.0)
+    new["measured_transfer_ns"] = np.rint(old.measured_transfer_ns.to_numpy(float) * ratio).astype(np.int64)
+    colls.loc[dp_sel, ["group_size", "n_hosts", "measured_transfer_ns"]] = new[["group_size", "n_hosts",
+                                                                                  "measured_transfer_ns"]]
+    colls.loc[dp_sel, "ranks"] = pd.Series(new["ranks"].tolist(), index=new.index, dtype=object)
+    notes.append(f"data parallelism {dp} -> {new_dp}: {int(dp_sel.sum())} gradient collective(s) re-costed "
+                 f"(median x{np.median(ratio):.3f}); per-rank batch kept (global batch x{new_dp / dp:g}); the "
+                 f"added ranks behave like the measured ones")
+    return colls, notes
+
+
+def check_unsupported(spec: dict, lay: dict) -> None:
+    """tp / pp / micro_batches changes: refuse clearly (the traces tracekit reads carry no layer map)."""
+    for key in ("tp", "pp", "micro_batches"):
+        v = spec.get(key)
+        if v is None or (lay and v == lay.get(key, 1)):
+            continue
+        raise TracekitError(
+            f"[parallelism] {key} = {v}: changing the {'tensor' if key == 'tp' else 'pipeline'}-parallel "
+            f"{'degree' if key != 'micro_batches' else 'micro-batch count'} needs the model's layer structure "
+            "(per-layer compute and each layer's tensor-parallel collectives, e.g. record_function ranges named "
+            "layer.<i> in the trace, and run.json's parallel block); this run has none. Allowed here: dp")
