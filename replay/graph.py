@@ -463,7 +463,7 @@ def _collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.D
     participant arrived) and the transfer (from then to the first finish, which every rank shares)."""
     cols = ["coll_id", "match_key", "op", "bytes", "group_size", "ranks", "n_hosts", "pg_name", "timeline",
             "measured_transfer_ns", "first_arrival_ns", "last_arrival_ns", "barrier_start_ns", "order",
-            "present_ranks", "events", "early", "missing_peers", "wakes", "callers"]
+            "present_ranks", "events", "arrivals", "early", "missing_peers", "wakes", "callers"]
     if rows.empty:
         return pd.DataFrame(columns=cols), {}
     ev = rows.runloop_event_id.where(rows.timeline == "cpu")
@@ -484,7 +484,7 @@ def _collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.D
     agg = grp.agg(first_arrival_ns=("ts_ns", "min"), last_arrival_ns=("ts_ns", "max"), first_end_ns=("end_ns", "min"),
                   n=("rank", "size"), op=("op", "first"), bytes=("bytes", "max"), group_size=("group_size", "first"),
                   pg_name=("pg_name", "first"), timeline=("timeline", "first"),
-                  present_ranks=("rank", list), events=("event_id", list))
+                  present_ranks=("rank", list), events=("event_id", list), arrivals=("ts_ns", list))
     agg["pg_ranks"] = grp.pg_ranks.first()
     single = agg.n.to_numpy() == 1
     transfer = (agg.first_end_ns - agg.last_arrival_ns).to_numpy(np.int64)

@@ -72,17 +72,44 @@ def apply_dp(g, new_dp: int, lay: dict, calibrated) -> tuple[pd.DataFrame, list[
     new_hosts = np.where(np.isnan(nh), np.nan, np.maximum(1.0, np.ceil(new_dp / per_host)))
     new["n_hosts"] = pd.array(np.where(np.isnan(new_hosts), 0, new_hosts).astype(np.int64), dtype="Int64")
     new.loc[np.isnan(new_hosts), "n_hosts"] = pd.NA
+    # the added (or removed) ranks arrive like the measured ones: the last arrival moves by the change of
+    # the expected maximum of p vs p' arrivals drawn from the measured arrival offsets
+    wait = expected_max_shift(old, dp, new_dp)
     c_old = calibrated.transfer_ns(old).astype(float)
     c_new = calibrated.transfer_ns(new).astype(float)
     ratio = np.where(c_old > 0, c_new / np.maximum(c_old, 1.0), 1.0)
     new["measured_transfer_ns"] = np.rint(old.measured_transfer_ns.to_numpy(float) * ratio).astype(np.int64)
+    colls["dp_wait_shift_ns"] = 0
+    colls.loc[dp_sel, "dp_wait_shift_ns"] = wait
     colls.loc[dp_sel, ["group_size", "n_hosts", "measured_transfer_ns"]] = new[["group_size", "n_hosts",
                                                                                   "measured_transfer_ns"]]
     colls.loc[dp_sel, "ranks"] = pd.Series(new["ranks"].tolist(), index=new.index, dtype=object)
     notes.append(f"data parallelism {dp} -> {new_dp}: {int(dp_sel.sum())} gradient collective(s) re-costed "
-                 f"(median x{np.median(ratio):.3f}); per-rank batch kept (global batch x{new_dp / dp:g}); the "
-                 f"added ranks behave like the measured ones")
+                 f"(median x{np.median(ratio):.3f}); last arrival moved by {wait / 1e6:+.2f} ms (expected maximum of "
+                 f"{new_dp} vs {dp} arrivals drawn from the measured ones); per-rank batch kept (global batch "
+                 f"x{new_dp / dp:g})")
     return colls, notes
+
+
+def expected_max_shift(colls: pd.DataFrame, p: int, p_new: int) -> int:
+    """E[max of p_new] - E[max of p] arrival offsets, offsets (arrival - the collective's mean arrival)
+    pooled over the collectives with two or more participants; exact over their empirical distribution:
+    E[max of k] = sum_i x_(i) ((i/n)^k - ((i-1)/n)^k)."""
+    offs = []
+    for arr in colls.get("arrivals", pd.Series([], dtype=object)):
+        a = np.asarray(arr, np.float64)
+        if len(a) >= 2:
+            offs.append(a - a.mean())
+    if not offs:
+        return 0
+    x = np.sort(np.concatenate(offs))
+    n = len(x)
+    i = np.arange(1, n + 1, dtype=np.float64)
+
+    def emax(k):
+        return float((x * ((i / n) ** k - ((i - 1) / n) ** k)).sum())
+
+    return int(round(emax(p_new) - emax(p)))
 
 
 def check_unsupported(spec: dict, lay: dict) -> None:

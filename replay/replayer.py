@@ -47,6 +47,7 @@ class ReplayResult:
     build_s: float = 0.0
     replay_s: float = 0.0
     notes: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)  # the models used (comm, optical reconfigurations, ...)
 
     # ---- figures
     def summary(self) -> pd.DataFrame:
@@ -174,13 +175,14 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     g = graph if graph is not None else _graph.build(run, ranks)
     build_s = time.perf_counter() - t
     scen = _scenario(scenario)
-    dur, lag, model_notes = apply_models(g, scen, run)
+    dur, lag, model_notes, info = apply_models(g, scen, run)
     t = time.perf_counter()
     eng = Engine(g.n_nodes, g.src, g.dst, g.from_end, g.lag_ns, source=0, t0_ns=g.origin_ns, compiled=compiled)
     sched = eng.run(dur, lag)
     replay_s = time.perf_counter() - t
     res = ReplayResult(graph=g, start_ns=sched.start_ns, end_ns=sched.end_ns, steps=pd.DataFrame(), run=run,
                        scenario=scen, build_s=build_s, replay_s=replay_s, notes=list(g.notes) + model_notes)
+    res.info = info
     res.steps = _steps(res)
     return res
 
@@ -195,12 +197,13 @@ def _scenario(scenario):
 
 def apply_models(g, scenario, run=None):
     """Node durations and edge lags under the scenario's models (measured when scenario is None).
-    Returns (dur_ns per node, lag_ns per edge, notes)."""
+    Returns (dur_ns per node, lag_ns per edge, notes, info) where info holds the models used."""
     dur = g.dur_ns.copy()
     lag = g.lag_ns.copy()
     notes: list[str] = []
+    info: dict = {}
     if scenario is None:
-        return dur, lag, notes
+        return dur, lag, notes, info
     rng = np.random.default_rng(getattr(scenario, "seed", 0))
     compute = scenario.compute_model() if hasattr(scenario, "compute_model") else None
     if compute is not None:
@@ -233,10 +236,15 @@ def apply_models(g, scenario, run=None):
         comm = scenario.comm_model(base if base is not None and scenario.needs_calibration else colls)
         if comm is not None:
             transfer = np.asarray(comm.transfer_ns(colls, rng), np.int64)
+            if "dp_wait_shift_ns" in colls:  # the slowest of more (fewer) ranks arrives later (earlier)
+                transfer = np.maximum(transfer + colls.dp_wait_shift_ns.to_numpy(np.int64), 0)
             barrier_ids = np.flatnonzero(g.kind == _graph.K["barrier"])
             dur[barrier_ids[np.argsort(g.coll[barrier_ids])]] = transfer
             notes += [n for n in getattr(comm, "notes", []) or [] if n not in notes]
-    return np.maximum(dur, 0), lag, notes
+            info["comm"] = comm
+            if hasattr(comm, "reconfigurations"):
+                info["reconfigurations"] = int(comm.reconfigurations)
+    return np.maximum(dur, 0), lag, notes, info
 
 
 def _steps(res: ReplayResult) -> pd.DataFrame:

@@ -171,7 +171,7 @@ def test_faster_transfers_shorten_the_gloo_steps(ddp3):
     fast = replay_fn(ddp3, Half(), graph=g)
     b, f = base.summary(), fast.summary()
     assert (f.predicted_step_ns < b.predicted_step_ns).all()
-    dur, _, _ = apply_models(g, Half())
+    dur, _, _, _ = apply_models(g, Half())
     bar = g.kind == G.K["barrier"]
     assert (dur[bar] == g.dur_ns[bar] // 2).all()
 

@@ -12,6 +12,7 @@ from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
 from .replay import replay_cmd
 from .report import report_cmd
+from .whatif import whatif_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,6 +39,7 @@ cli.add_command(comms_group)
 cli.add_command(report_cmd)
 cli.add_command(gate_cmd)
 cli.add_command(replay_cmd)
+cli.add_command(whatif_cmd)
 
 
 def main() -> None:

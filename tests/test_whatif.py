@@ -1,0 +1,135 @@
+"""What-if scenarios end to end: validated against the bundled testbed runs, and the CLI."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import replay
+import tracekit
+from replay.scenario import scenario_from_dict
+from replay.whatif import whatif
+from tracekit.cli import cli
+
+from .conftest import REPO
+
+SAMPLES = REPO / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("whatif")
+    names = ("ddp2_2hosts_100mbit", "ddp2_2hosts_400mbit", "ddp4_4hosts_100mbit", "ddp3_slow_rank1")
+    return {n: tracekit.open(SAMPLES / n, store=str(base / n)) for n in names}
+
+
+def _job_step(result, col="predicted_step_ns"):
+    return result.summary()[col].max()
+
+
+@pytest.mark.parametrize("src, doc, dst, target_pct", [
+    ("ddp2_2hosts_100mbit", {"network": {"bandwidth_scale": 4.0}}, "ddp2_2hosts_400mbit", 5.0),
+    ("ddp2_2hosts_400mbit", {"network": {"bandwidth_scale": 0.25}}, "ddp2_2hosts_100mbit", 5.0),
+    ("ddp2_2hosts_100mbit", {"parallelism": {"dp": 4}}, "ddp4_4hosts_100mbit", 10.0),
+    ("ddp4_4hosts_100mbit", {"parallelism": {"dp": 2}}, "ddp2_2hosts_100mbit", 10.0),
+])
+def test_prediction_matches_the_run_recorded_under_those_conditions(runs, src, doc, dst, target_pct):
+    predicted = _job_step(replay.run(runs[src], scenario_from_dict(doc, "s")))
+    measured = _job_step(replay.run(runs[dst]), "measured_step_ns")
+    assert abs(predicted - measured) / measured * 100 <= target_pct, (predicted, measured)
+    # and it is a prediction: far from the run it started from
+    assert abs(predicted - _job_step(replay.run(runs[src]), "measured_step_ns")) / measured > 0.25
+
+
+def test_identity_and_zero_delay_optical_give_the_baseline_exactly(runs):
+    run = runs["ddp2_2hosts_100mbit"]
+    base = replay.run(run)
+    for doc in ({}, {"network": {"bandwidth_scale": 1.0}},
+                {"optical": {"reconfig_delay_ms": 0.0, "schedule": "phase",
+                             "phase": [{"match": "broadcast", "name": "a"}, {"match": "all_reduce", "name": "b"}]}}):
+        r = replay.run(run, scenario_from_dict(doc, "same"))
+        assert np.array_equal(r.start_ns, base.start_ns), doc
+
+
+def test_more_optical_reconfigurations_never_make_a_step_faster(runs):
+    run = runs["ddp2_2hosts_100mbit"]
+    phases = {"job": [],
+              "two": [{"match": "broadcast", "name": "a"}, {"match": "all_reduce", "name": "b"}],
+              "per_step": [{"match": "*", "ordinals": [k, k + 1], "name": f"s{k}"} for k in range(8)]}
+    prev = None
+    for key in ("job", "two", "per_step"):
+        doc = {"optical": {"reconfig_delay_ms": 5.0, "schedule": "phase" if phases[key] else "job"}}
+        if phases[key]:
+            doc["optical"]["phase"] = phases[key]
+        r = replay.run(run, scenario_from_dict(doc, key))
+        end = r.steps.predicted_end_ns.max()
+        n = r.info.get("reconfigurations", 0)
+        if prev is not None:
+            assert n >= prev[1] and end >= prev[0]
+        prev = (end, n)
+    assert prev[1] >= 7  # one per collective after the first
+
+
+def test_whatif_table_has_every_column_and_failures(runs, tmp_path):
+    df = whatif(runs["ddp2_2hosts_100mbit"], [
+        scenario_from_dict({"network": {"bandwidth_scale": 4.0}}, "links4x"),
+        scenario_from_dict({"failures": {"strategy": "checkpoint_restart", "n_gpus": 16384,
+                                         "target_steps": 100000}}, "llama3")], out_dir=str(tmp_path / "out"))
+    assert df.scenario.tolist() == ["measured", "links4x", "llama3"]
+    row = df.set_index("scenario").loc["links4x"]
+    assert row.change_pct < -50 and row.exposed_comm_ns < row.measured_exposed_comm_ns
+    fail = df.set_index("scenario").loc["llama3"]
+    assert 80 < fail.effective_training_pct <= 100 and fail.time_to_train_h > 0
+    # every re-timed run is a store every command reads
+    out = tracekit.open(df.set_index("scenario").loc["links4x", "out"])
+    assert out.store.manifest.label["kind"] == "replay"
+    assert out.analyze("temporal_breakdown") is not None
+
+
+def test_cli_whatif_simplest_file_as_written(tmp_path):
+    s = tmp_path / "s.toml"
+    s.write_text("[network]\nbandwidth_scale = 4.0\n")
+    res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "ddp2_2hosts_100mbit"), str(s), "--store",
+                                   str(tmp_path / "st"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert len(doc) == 1 and doc[0]["scenario"] == "s"
+    assert {"scenario", "measured_step_ns", "predicted_step_ns", "change_pct"} <= set(doc[0])
+    assert doc[0]["change_pct"] < -50
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[network]\nbandwith_scale = 4.0\n", "[network] bandwith_scale"),
+    ("[network]\nbandwidth_scale = -1\n", "bandwidth_scale"),
+    ("[parallelism]\ntp = 2\n", "[parallelism] tp = 2"),
+    ("[network\n", "s.toml"),
+])
+def test_cli_whatif_bad_scenarios_fail_cleanly(tmp_path, text, message):
+    s = tmp_path / "s.toml"
+    s.write_text(text)
+    res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "ddp2_2hosts_100mbit"), str(s), "--store",
+                                   str(tmp_path / "st")])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_dp_change_needs_the_layout(runs, tmp_path):
+    # a copy of the traces without run.json: the data-parallel degree is unknown, said so
+    import shutil
+
+    d = tmp_path / "norun"
+    shutil.copytree(SAMPLES / "ddp2_2hosts_100mbit", d)
+    (d / "run.json").unlink()
+    with pytest.raises(tracekit.TracekitError, match="data-parallel degree is unknown"):
+        replay.run(tracekit.open(d, store=str(tmp_path / "st")), scenario_from_dict({"parallelism": {"dp": 4}}, "x"))
+
+
+def test_slow_rank_what_if_removes_the_straggler(runs):
+    # rank 1 sleeps 40 ms per step; making its CPU time (gaps included) 3x faster shortens every rank's step
+    run = runs["ddp3_slow_rank1"]
+    base = replay.run(run).summary()
+    fast = replay.run(run, scenario_from_dict({"compute": {"rank_slowdown": {"1": 1 / 3}}}, "fix")).summary()
+    assert (fast.predicted_step_ns < base.predicted_step_ns * 0.85).all()

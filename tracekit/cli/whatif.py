@@ -1,0 +1,44 @@
+"""`tracekit whatif`: compare what-if scenarios against the measured run."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from ._common import _jsonable, emit, fail_cleanly, format_option, store_option
+
+
+@click.command("whatif")
+@click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="SCENARIO...")
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Write each scenario's re-timed run as a store under DIR/<scenario name>/.")
+@format_option()
+@store_option()
+@fail_cleanly
+def whatif_cmd(trace_dir, scenarios, out, fmt, store):
+    """Replay TRACE_DIR under each SCENARIO file (TOML or YAML) and compare predicted step time,
+    throughput and exposed communication with the measured run.
+
+    \b
+    Example:
+      printf '[network]\\nbandwidth_scale = 4.0\\n' > links4x.toml
+      tracekit whatif runs/job42/ links4x.toml
+      tracekit whatif runs/job42/ links4x.toml dp4.toml ocs.toml --format json
+    """
+    import tracekit
+    from replay.scenario import load_scenario
+    from replay.whatif import whatif
+
+    loaded = [load_scenario(s) for s in scenarios]  # a bad file fails before any ingest or replay
+    with tracekit.open(trace_dir, store=store) as run:
+        df = whatif(run, loaded, out_dir=out)
+    if fmt == "json":
+        rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.to_dict("records") if r["scenario"] != "measured"]
+        click.echo(json.dumps(rows, indent=1))
+        return
+    emit(df, fmt)
+    if fmt == "table":
+        for name, notes in df.attrs.get("notes", {}).items():
+            for note in notes:
+                click.echo(f"note ({name}): {note}")
