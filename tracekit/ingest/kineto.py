@@ -67,7 +67,7 @@ def _group_spec(group: str) -> tuple[str, list[str]]:
     return msgspec.json.encode(spec).decode().replace("'", "''"), cols
 
 
-def _typed_sql() -> str:
+def _typed_sql(exact_ts: bool = False) -> str:
     """SQL from one chunk file of events (a JSON array) to the events schema.
 
     DuckDB parses the JSON. json_transform parses each args object once into a
@@ -76,13 +76,22 @@ def _typed_sql() -> str:
     file, see _derived_tables. Timestamps arrive as DOUBLE, exact to the
     ns below 2^42 us; larger fractional ones (old-style absolute times) come
     exactly from the text through the `ts_text` table, see _exact_ts.
+
+    exact_ts: read ts as JSON and scale its text as an exact decimal (the same
+    value _exact_ts gives, without decoding the chunk twice). DuckDB writes a
+    number back as the shortest text that reads as the same double, which is the
+    trace's own text for ts with at most 3 decimals below 2^43 us (every such
+    value has a double of its own); _write_events sends other chunks to
+    _exact_ts. A ts that the DOUBLE reading would refuse raises, so that the
+    caller falls back to the path whose error names the event.
     """
     spec, cols = _group_spec("common")
     transforms = (f"CASE WHEN ph <> 'M' AND name IS DISTINCT FROM '[memory]' "
                   f"THEN json_transform(args, '{spec}') END AS _common")
     # pid/tid/id are integers except in a few events (Kineto's "Spans" rows):
     # read as text, keep the integer when there is one, else the label.
-    columns = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'DOUBLE', "
+    columns = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', "
+               f"ts: '{'JSON' if exact_ts else 'DOUBLE'}', "
                "dur: 'DOUBLE', id: 'VARCHAR', bp: 'VARCHAR', s: 'VARCHAR', args: 'JSON'}")
     # An integer only when it prints back as the same text: TRY_CAST alone would
     # also read '0x1f' or ' 7' as integers (cheaper than a regular expression).
@@ -103,7 +112,7 @@ def _typed_sql() -> str:
     SELECT event_id, ph, cat, name,
       {as_int("pid")} AS pid, {as_int("tid")} AS tid,
       {label("pid")} AS pid_label, {label("tid")} AS tid_label,
-      {us_to_ns("ts")} + $base AS ts_ns,
+      {_exact_ts_sql() if exact_ts else us_to_ns("ts")} + $base AS ts_ns,
       {us_to_ns("dur")} AS dur_ns,
       {as_int("id")} AS flow_id, {label("id")} AS flow_id_label,
       bp, s AS scope,
@@ -112,9 +121,20 @@ def _typed_sql() -> str:
     FROM b"""
 
 
+def _exact_ts_sql() -> str:
+    # as _exact_ts: TRY_CAST of the number's text (a JSON string keeps its quotes: NULL, as there)
+    return ("CASE WHEN json_type(ts) IN ('OBJECT', 'ARRAY') OR (json_type(ts) = 'VARCHAR' AND "
+            "TRY_CAST(json_extract_string(ts, '$') AS DOUBLE) IS NULL) THEN error('ts is not a number') "
+            "ELSE TRY_CAST(round(TRY_CAST(ts::VARCHAR AS DECIMAL(38,6)) * 1000) AS BIGINT) END")
+
+
 _TYPED_SQL = _typed_sql()
+_TYPED_SQL_EXACT_TS = _typed_sql(exact_ts=True)
 # A fractional timestamp too large for a double to hold to the ns.
 _BIG_FRACTIONAL_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')
+# ... and one whose text a double cannot give back: over 3 decimals, or 2^43 us (8.8e12) and beyond
+# (conservatively: 13 digits starting with 8 or 9, or more digits).
+_TS_TEXT_NEEDED = re.compile(rb'"ts"\s*:\s*-?(?:\d{14,}\.\d|[89]\d{12}\.\d|\d{13}\.\d{4})')
 
 
 class _TsOnly(msgspec.Struct, gc=False):
@@ -322,12 +342,22 @@ _CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in STORED_EVENT_
 
 def _write_events(con, params: dict, text: bytes, target: str) -> None:
     if _BIG_FRACTIONAL_TS.search(text):
+        if not _TS_TEXT_NEEDED.search(text):  # the common case (Kineto's relative us, 3 decimals)
+            try:
+                _copy_events(con, _TYPED_SQL_EXACT_TS, params, target)
+                return
+            except duckdb.Error:
+                pass  # a ts the DOUBLE reading refuses: the path below names the event
         rel = _exact_ts(con, text, params["first_id"], params["base"], con.sql(_TYPED_SQL, params=params))
         con.sql(f"SELECT {_CAST_EVENTS} FROM rel").write_parquet(target, compression="zstd")
         return
+    _copy_events(con, _TYPED_SQL, params, target)
+
+
+def _copy_events(con, typed_sql: str, params: dict, target: str) -> None:
     # COPY through execute: a third of the per-chunk overhead of the relational API
     # (the paths are our own temp files, quoted)
-    sql = _TYPED_SQL.replace("$path", f"'{_q(params['path'])}'")
+    sql = typed_sql.replace("$path", f"'{_q(params['path'])}'")
     con.execute(f"COPY (SELECT {_CAST_EVENTS} FROM ({sql})) TO '{_q(target)}' (FORMAT parquet, COMPRESSION zstd)",
                 {k: v for k, v in params.items() if k != "path"})
 
