@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import replay
+import replay.graph
 import tracekit
 from replay.scenario import scenario_from_dict
 from replay.whatif import whatif
@@ -133,3 +134,25 @@ def test_slow_rank_what_if_removes_the_straggler(runs):
     base = replay.run(run).summary()
     fast = replay.run(run, scenario_from_dict({"compute": {"rank_slowdown": {"1": 1 / 3}}}, "fix")).summary()
     assert (fast.predicted_step_ns < base.predicted_step_ns * 0.85).all()
+
+
+@pytest.mark.parametrize("name", ["ddp2_2hosts_100mbit", "ddp2_2hosts_400mbit", "ddp4_4hosts_100mbit", "ddp3_slow_rank1"])
+def test_calibrated_network_model_reproduces_the_baseline(runs, name):
+    """Every transfer costed by the alpha-beta model fitted on the run (absolute mode, not the measured
+    times): the mean step per rank within 2%. (The model gives each transfer's expected cost, not its
+    noise, so single steps move by a few % either way; the median of 5 can too.)"""
+    from replay.network import WhatIfComm, calibrate
+
+    class Calibrated:
+        name, seed, parallelism = "calibrated", 0, None
+
+        def comm_model(self, colls):
+            return WhatIfComm(calibrate(colls), mode="absolute")
+
+    r = replay.run(runs[name], Calibrated())
+    s = r.steps[~r.steps.is_last]
+    m = s.groupby("rank")[["measured_step_ns", "predicted_step_ns"]].mean()
+    err = (m.predicted_step_ns - m.measured_step_ns).abs() / m.measured_step_ns * 100
+    assert (err <= 2.0).all(), err
+    b = np.flatnonzero(r.graph.kind == replay.graph.K["barrier"])
+    assert not np.array_equal(r.end_ns[b] - r.start_ns[b], r.graph.dur_ns[b])  # the model's, not the measured
