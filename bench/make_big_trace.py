@@ -105,8 +105,10 @@ def make_big_trace(out: str, size_bytes: int, src: str = DEFAULT_SRC, level: int
             for e in (once + repeated) if k == 0 else repeated:
                 if k:
                     e = dict(e)
-                    if isinstance(e.get("ts"), (int, float)):
+                    if isinstance(e.get("ts"), int):
                         e["ts"] = e["ts"] + k * period
+                    elif isinstance(e.get("ts"), float):  # Kineto writes ns: 3 decimals, keep it so
+                        e["ts"] = round(e["ts"] + k * period, 3)
                     if e.get("ph") in ("s", "f", "t") and isinstance(e.get("id"), int):
                         e["id"] = e["id"] + k * id_stride
                     a = e.get("args")
