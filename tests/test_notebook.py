@@ -28,3 +28,5 @@ def test_quickstart_notebook_runs():
     assert len(figures) == 2
     tables = [o for o in outputs if "text/html" in o.get("data", {}) and "late_count" in o["data"]["text/html"]]
     assert tables, "straggler_attribution table missing"
+    whatif = [o for o in outputs if "text/html" in o.get("data", {}) and "links 4x faster" in o["data"]["text/html"]]
+    assert whatif and "predicted_step_ns" in whatif[0]["data"]["text/html"], "what-if table missing"

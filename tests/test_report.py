@@ -204,13 +204,28 @@ def test_report_renders_in_chromium_nccl_trace(tmp_path, browser, shared):
     assert not by_name["collective_skew"]["empty"]
 
 
-def test_report_scenario_refused_until_replay_exists(tmp_path):
+def test_report_with_scenarios_has_predicted_vs_measured(tmp_path, browser):
+    fast = tmp_path / "links4x.toml"
+    fast.write_text("[network]\nbandwidth_scale = 4.0\n")
+    page = build_report(REPO / "sample_traces" / "ddp2_2hosts_100mbit", tmp_path, "whatif", "--scenario", str(fast))
+    browser.open(page)
+    state = browser.inspect()
+    assert browser.console_errors == [] and state["pwned"] is None
+    panels = {p["name"]: p for p in state["panels"]}
+    assert list(panels) == [*tracekit.report.data.PANEL_DATA, "predicted_vs_measured"]
+    pvm = panels["predicted_vs_measured"]
+    assert not pvm["empty"] and pvm["marks"] > 0
+    # the baseline replay reproduces the run, links 4x faster cuts the step by more than half
+    assert "baseline replay" in pvm["text"] and "links4x" in pvm["text"] and "+0.0%" in pvm["text"]
+
+
+def test_report_bad_scenario_is_one_line_exit_2(tmp_path):
     scenario = tmp_path / "faster_net.toml"
     scenario.write_text("[network]\nbandwidth_gbps = 400\n")
     r = CliRunner().invoke(cli, ["report", str(REPO / "sample_traces" / "ddp3_slow_rank1"),
                                  "--scenario", str(scenario), "-o", str(tmp_path / "r.html")])
     assert r.exit_code == 2
-    assert "--scenario" in r.output and "replay is not available yet" in r.output
+    assert "[network] bandwidth_gbps" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "r.html").exists()
 
 

@@ -12,8 +12,8 @@ from ._common import fail_cleanly, store_option
               help="HTML file to write (one file, viewable offline).")
 @click.option("--title", default=None, help="Page title (default: the trace directory's name).")
 @click.option("--scenario", "scenarios", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
-              help="What-if scenario for predicted vs measured. Not available yet: replay does not exist, "
-                   "so this option fails (exit 2) rather than show a made-up prediction.")
+              help="What-if scenario (TOML/YAML; repeat for several): adds a predicted-vs-measured panel "
+                   "with the baseline replay and each scenario.")
 @store_option()
 @fail_cleanly
 def report_cmd(trace_dir, output, title, scenarios, store):
@@ -25,16 +25,16 @@ def report_cmd(trace_dir, output, title, scenarios, store):
     Example:
       tracekit report runs/job42/ -o job42.html
       tracekit report runs/job42/ --store /scratch/job42.store -o job42.html
+      tracekit report runs/job42/ --scenario links4x.toml -o job42.html
     """
     import tracekit
     from ..report import require_plotly
-    from ..report.html import REPLAY_UNAVAILABLE, write_report
-    from ..errors import TracekitError
+    from ..report.html import write_report
+    from replay.scenario import load_scenario
 
     # Checked before ingesting: neither needs the trace, and both are the user's to fix.
-    if scenarios:
-        raise TracekitError(f"--scenario {scenarios[0]}: {REPLAY_UNAVAILABLE}")
+    loaded = [load_scenario(s) for s in scenarios]
     require_plotly()
     with tracekit.open(trace_dir, store=store) as run:
-        path = write_report(run, output, title=title)
+        path = write_report(run, output, title=title, scenarios=loaded)
     click.echo(f"wrote {path}")

@@ -15,8 +15,7 @@ from ..errors import TracekitError
 from . import require_plotly
 from .data import PANEL_DATA
 
-REPLAY_UNAVAILABLE = ("replay is not available yet: tracekit cannot predict a scenario's step time, "
-                      "so the report has no predicted-vs-measured panel")
+WHATIF_SOURCE = "replay.whatif (tracekit whatif): the baseline replay and each --scenario"
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1200px;
@@ -44,14 +43,28 @@ def build_figures(run) -> list[tuple[str, object, str]]:
     return out
 
 
-def render_html(run, *, title: str | None = None) -> str:
-    """The whole report page as a string."""
+def whatif_figure(run, scenarios) -> tuple[str, object, str]:
+    """The predicted-vs-measured panel: the baseline replay and every scenario against the measured run."""
+    from replay.scenario import Scenario
+    from replay.whatif import whatif
+
+    from . import plots
+
+    df = whatif(run, [Scenario(name="baseline replay"), *scenarios])
+    df = df[df.scenario != "measured"]
+    return "predicted_vs_measured", plots.predicted_vs_measured(df), WHATIF_SOURCE
+
+
+def render_html(run, *, title: str | None = None, scenarios=()) -> str:
+    """The whole report page as a string (with a predicted-vs-measured panel when scenarios are given)."""
     require_plotly()
     import plotly.io as pio
 
     from .plots import is_no_data
 
     figures = build_figures(run)
+    if scenarios:
+        figures.append(whatif_figure(run, scenarios))
     title = title or f"tracekit report: {os.path.basename(os.path.normpath(run.trace_dir or run.store.path))}"
     esc = html.escape
     meta_rows = [("trace directory", run.trace_dir or ""), ("store", run.store.path),
@@ -71,17 +84,17 @@ def render_html(run, *, title: str | None = None) -> str:
         empty = "true" if is_no_data(fig) else "false"
         parts.append(f'<section id="panel-{esc(name)}" data-panel="{esc(name)}" data-empty="{empty}">'
                      f'<p class="source">from {esc(source)}</p>{div}</section>')
-    parts.append(f'<section><p class="source">{esc(REPLAY_UNAVAILABLE)}.</p></section>')
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
 def write_report(run, out_path, *, title: str | None = None, scenarios=()) -> str:
-    """Write the report for run to out_path; returns the path written. Scenario files would add
-    predicted-vs-measured, but replay does not exist yet, so asking for it is an error, not a guess."""
-    if scenarios:
-        raise TracekitError(f"--scenario {scenarios[0]}: {REPLAY_UNAVAILABLE}")
-    page = render_html(run, title=title)
+    """Write the report for run to out_path; returns the path written. scenarios (files or
+    replay.scenario.Scenario objects) add the predicted-vs-measured panel."""
+    from replay.scenario import Scenario, load_scenario
+
+    scenarios = [s if isinstance(s, Scenario) else load_scenario(s) for s in scenarios]
+    page = render_html(run, title=title, scenarios=scenarios)
     out_path = os.fspath(out_path)
     parent = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(parent):

@@ -202,3 +202,21 @@ PLOTS = {
     "straggler_ranking": straggler_ranking,
     "memory_timeline": memory_timeline,
 }
+
+
+def predicted_vs_measured(df):
+    """Job step time measured vs predicted per scenario, with the change. df: replay.whatif.COLUMNS."""
+    title = "Predicted vs measured step time"
+    if df is None or df.empty:
+        return no_data_figure(title, "no scenario given (tracekit report --scenario FILE)")
+    go = require_plotly()
+    fig = go.Figure()
+    names = [_label(s) for s in df["scenario"]]
+    fig.add_bar(name="measured", x=names, y=df["measured_step_ns"] / NS_PER_MS,
+                hovertemplate="%{x}: measured %{y:.3f} ms<extra></extra>")
+    fig.add_bar(name="predicted", x=names, y=df["predicted_step_ns"] / NS_PER_MS,
+                text=[f"{c:+.1f}%" for c in df["change_pct"]], textposition="outside",
+                hovertemplate="%{x}: predicted %{y:.3f} ms (%{text})<extra></extra>")
+    fig.update_layout(title=title, barmode="group", xaxis_title="scenario (replayed with tracekit replay)",
+                      yaxis_title="step time, slowest rank's median (ms)")
+    return fig
