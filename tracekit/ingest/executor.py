@@ -65,7 +65,7 @@ def dask_task(task: dict) -> dict:
 
     try:
         r = ingest_kineto(task["path"], task["source"], task["stage"], rank_from=task["rank_from"],
-                          forced_rank=task["forced_rank"])
+                          forced_rank=task["forced_rank"], reuse_connection=True)
         return {"ok": dataclasses.asdict(r)}
     except TraceFileError as e:
         reason = e.reason

@@ -25,7 +25,7 @@ def _serve() -> None:
         task = msgspec.json.decode(line)
         try:
             r = ingest_kineto(task["path"], task["source"], task["stage"], rank_from=task["rank_from"],
-                              forced_rank=task["forced_rank"])
+                              forced_rank=task["forced_rank"], reuse_connection=True)
             reply = {"ok": dataclasses.asdict(r)}
         except TraceFileError as e:
             reply = {"error": {"path": e.path, "reason": e.reason}}
