@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 
-def run(store, scenario=None, *, ranks=None, compiled: bool = True):
+def run(store, scenario=None, *, ranks=None, compiled: bool = True, fold="auto", fold_tolerance: float = 0.05):
     """Replay a trace directory, store directory or tracekit Run, optionally under a scenario (a
-    Scenario or a scenario file). Returns a `replay.replayer.ReplayResult`."""
+    Scenario or a scenario file). fold: fold ranks identical up to fold_tolerance (True, False, or
+    "auto": above 64 ranks). Returns a `replay.replayer.ReplayResult`."""
     from .replayer import replay
 
-    return replay(store, scenario, ranks=ranks, compiled=compiled)
+    return replay(store, scenario, ranks=ranks, compiled=compiled, fold=fold, fold_tolerance=fold_tolerance)
 
 
 __all__ = ["run"]

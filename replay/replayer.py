@@ -48,6 +48,7 @@ class ReplayResult:
     replay_s: float = 0.0
     notes: list = field(default_factory=list)
     info: dict = field(default_factory=dict)  # the models used (comm, optical reconfigurations, ...)
+    folding: object = None  # replay.fold.Folding when ranks were folded
 
     # ---- figures
     def summary(self) -> pd.DataFrame:
@@ -102,7 +103,14 @@ class ReplayResult:
 
     def write_store(self, out_dir: str) -> str:
         """Write the re-timed run as a store in the measured runs' schema."""
+        from tracekit.errors import TracekitError
+
         from .writer import write_retimed_store
+
+        if self.folding is not None:
+            raise TracekitError(f"{out_dir}: {self.folding.folded_ranks} ranks were folded into others, so their "
+                                "events have no times of their own: replay with fold=False (--no-fold) to write "
+                                "the re-timed run")
 
         label = {"kind": "replay", "source_store": self.run.store.path,
                  "scenario": getattr(self.scenario, "name", None) or "baseline",
@@ -167,12 +175,30 @@ def _open(store_or_run):
     return tracekit.open(str(store_or_run))
 
 
-def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, graph=None) -> ReplayResult:
+FOLD_AUTO_RANKS = 64  # fold="auto" folds runs with more ranks than this
+
+
+def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, graph=None, fold="auto",
+           fold_tolerance: float = 0.05) -> ReplayResult:
     """Replay a run (a trace directory, a store directory or a tracekit Run), optionally under a what-if
-    scenario (a Scenario or a scenario file path). Returns a ReplayResult."""
+    scenario (a Scenario or a scenario file path). fold: True / False / "auto" (more than 64 ranks):
+    replay ranks whose graphs are identical up to fold_tolerance once (replay/fold.py). Returns a
+    ReplayResult."""
     run = _open(store_or_run)
     t = time.perf_counter()
-    g = graph if graph is not None else _graph.build(run, ranks)
+    full = graph if graph is not None else _graph.build(run, ranks)
+    folding = None
+    g = full
+    if fold is True or (fold == "auto" and len(full.ranks) > FOLD_AUTO_RANKS):
+        from . import fold as _fold
+
+        scen0 = _scenario(scenario)
+        own = (getattr(scen0, "compute", None) or {}).get("rank_slowdown", {}) if scen0 is not None else {}
+        folding = _fold.plan(full, fold_tolerance, keep={int(k) for k in own})
+        if folding.folded_ranks:
+            g = _fold.fold(full, folding)
+        else:
+            folding = None
     build_s = time.perf_counter() - t
     scen = _scenario(scenario)
     dur, lag, model_notes, info = apply_models(g, scen, run)
@@ -183,6 +209,7 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     res = ReplayResult(graph=g, start_ns=sched.start_ns, end_ns=sched.end_ns, steps=pd.DataFrame(), run=run,
                        scenario=scen, build_s=build_s, replay_s=replay_s, notes=list(g.notes) + model_notes)
     res.info = info
+    res.folding = folding
     res.steps = _steps(res)
     return res
 
@@ -263,11 +290,16 @@ def _steps(res: ReplayResult) -> pd.DataFrame:
         if "no ProfilerStep annotations: each rank's whole span is one step" not in res.notes:
             res.notes.append("no ProfilerStep annotations: each rank's whole span is one step")
         return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
-    ev = st[["rank", "pid", "tid"]]
-    ts = st.ts_ns.to_numpy(np.int64)
-    end = st.end_ns.to_numpy(np.int64)
-    new_ts, new_end = res._warp(ev, ts, end)
-    return pd.DataFrame({"rank": st["rank"].to_numpy(np.int64), "step": st.step.to_numpy(np.int64),
-                         "is_last": st.is_last.to_numpy(bool), "measured_step_ns": end - ts,
-                         "predicted_step_ns": new_end - new_ts, "measured_end_ns": end - g.origin_ns,
-                         "predicted_end_ns": new_end - g.origin_ns})
+    replayed = st[st["rank"].isin(g.ranks)]
+    ts = replayed.ts_ns.to_numpy(np.int64)
+    end = replayed.end_ns.to_numpy(np.int64)
+    new_ts, new_end = res._warp(replayed[["rank", "pid", "tid"]], ts, end)
+    pred = pd.DataFrame({"rank": replayed["rank"].to_numpy(np.int64), "step": replayed.step.to_numpy(np.int64),
+                         "predicted_step_ns": new_end - new_ts, "predicted_end_ns": new_end - g.origin_ns})
+    out = st[["rank", "step", "is_last"]].copy()
+    out["measured_step_ns"] = (st.end_ns - st.ts_ns).to_numpy(np.int64)
+    out["measured_end_ns"] = (st.end_ns - g.origin_ns).to_numpy(np.int64)
+    rep = res.folding.representative if res.folding is not None else {}
+    out["_rep"] = [rep.get(int(r), int(r)) for r in out["rank"]]
+    out = out.merge(pred.rename(columns={"rank": "_rep"}), on=["_rep", "step"], how="left")
+    return out.drop(columns="_rep")[list(STEP_COLUMNS)].astype({"predicted_step_ns": "int64", "predicted_end_ns": "int64"})

@@ -111,8 +111,8 @@ def _job_step(summary: pd.DataFrame, col: str) -> int:
     return int(summary[col].max())
 
 
-def whatif(run, scenarios, *, out_dir: str | None = None) -> pd.DataFrame:
-    """One row per scenario (COLUMNS), the measured run first."""
+def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.DataFrame:
+    """One row per scenario (COLUMNS), the measured run first. fold as in replay.run (off with out_dir)."""
     from tracekit.capture.manifest import read
 
     from .scenario import Scenario, load_scenario
@@ -125,7 +125,8 @@ def whatif(run, scenarios, *, out_dir: str | None = None) -> pd.DataFrame:
 
         raise TracekitError(f"scenario name {dup[0]!r} given twice: name them apart (top-level `name = ...`)")
     g = _graph.build(run)
-    base = replay(run, graph=g)
+    fold = False if out_dir else fold
+    base = replay(run, graph=g, fold=False)
     st, ts, end = _step_windows(base, measured=True)
     meas_exposed = _job_exposed(exposed_comm(g, g.start_ns, g.start_ns + g.dur_ns, st, ts, end))
     s0 = base.summary()
@@ -138,7 +139,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None) -> pd.DataFrame:
              "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": meas_exposed}]
     results = []
     for sc in scens:
-        res = replay(run, sc, graph=g)
+        res = replay(run, sc, graph=g, fold=fold)
         results.append(res)
         s = res.summary()
         pred = _job_step(s, "predicted_step_ns")

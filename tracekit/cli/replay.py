@@ -34,6 +34,17 @@ def parse_ranks(text: str | None):
 CHROME_TRACE = "replay.chrome.json.gz"
 
 
+def fold_mode(flag, out):
+    """--fold/--no-fold as given; else off when a re-timed store is written, automatic otherwise."""
+    from ..errors import TracekitError
+
+    if flag and out:
+        raise TracekitError("--fold with --out: folded ranks have no events of their own to write; drop --fold")
+    if flag is None:
+        return False if out else "auto"
+    return flag
+
+
 @click.command("replay")
 @click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--scenario", "scenario", type=click.Path(dir_okay=False), default=None, metavar="FILE",
@@ -44,10 +55,13 @@ CHROME_TRACE = "replay.chrome.json.gz"
 @click.option("--ranks", "ranks", default=None, metavar="LIST",
               help="Replay only these ranks (e.g. 0,1,4-7); peers outside them arrive as measured.")
 @click.option("--steps", "show_steps", is_flag=True, help="Print every step instead of the per-rank medians.")
+@click.option("--fold/--no-fold", "fold", default=None,
+              help="Replay ranks whose graphs are identical up to 5% of timing once (default: on above 64 "
+                   "ranks, off with --out, which re-times every rank's events).")
 @format_option()
 @store_option()
 @fail_cleanly
-def replay_cmd(trace_dir, scenario, out, ranks, show_steps, fmt, store):
+def replay_cmd(trace_dir, scenario, out, ranks, show_steps, fold, fmt, store):
     """Replay TRACE_DIR's dependency graph (CPU threads, GPU streams, collectives across ranks) with
     the discrete-event engine and compare each rank's median step time with the measured one.
 
@@ -62,7 +76,7 @@ def replay_cmd(trace_dir, scenario, out, ranks, show_steps, fmt, store):
 
     rank_list = parse_ranks(ranks)
     with tracekit.open(trace_dir, store=store) as run:
-        result = _replay.run(run, scenario, ranks=rank_list)
+        result = _replay.run(run, scenario, ranks=rank_list, fold=fold_mode(fold, out))
         written = None
         if out:
             written = result.write_store(out)

@@ -6,6 +6,7 @@ import json
 import click
 
 from ._common import _jsonable, emit, fail_cleanly, format_option, store_option
+from .replay import fold_mode
 
 
 @click.command("whatif")
@@ -13,10 +14,12 @@ from ._common import _jsonable, emit, fail_cleanly, format_option, store_option
 @click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="SCENARIO...")
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Write each scenario's re-timed run as a store under DIR/<scenario name>/.")
+@click.option("--fold/--no-fold", "fold", default=None,
+              help="Replay ranks identical up to 5% of timing once (default: on above 64 ranks, off with --out).")
 @format_option()
 @store_option()
 @fail_cleanly
-def whatif_cmd(trace_dir, scenarios, out, fmt, store):
+def whatif_cmd(trace_dir, scenarios, out, fold, fmt, store):
     """Replay TRACE_DIR under each SCENARIO file (TOML or YAML) and compare predicted step time,
     throughput and exposed communication with the measured run.
 
@@ -32,7 +35,7 @@ def whatif_cmd(trace_dir, scenarios, out, fmt, store):
 
     loaded = [load_scenario(s) for s in scenarios]  # a bad file fails before any ingest or replay
     with tracekit.open(trace_dir, store=store) as run:
-        df = whatif(run, loaded, out_dir=out)
+        df = whatif(run, loaded, out_dir=out, fold=fold_mode(fold, out))
     if fmt == "json":
         rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.to_dict("records") if r["scenario"] != "measured"]
         click.echo(json.dumps(rows, indent=1))

@@ -1,0 +1,45 @@
+"""Symmetric-rank folding: a 64-rank set replayed with and without folding agrees within 1%."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import replay
+import tracekit
+from replay.scenario import scenario_from_dict
+
+from .conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def run64(tmp_path_factory):
+    d = tmp_path_factory.mktemp("r64")
+    subprocess.run([sys.executable, str(REPO / "bench" / "make_many_ranks.py"), "64", str(d / "set"), "--seed", "3"],
+                   check=True, capture_output=True)
+    return tracekit.open(d / "set", store=str(d / "store"))
+
+
+@pytest.mark.parametrize("doc", [None, {"network": {"bandwidth_scale": 4.0}},
+                                 {"compute": {"rank_slowdown": {"5": 2.0}}}])
+def test_folded_and_unfolded_replays_agree_within_1pct(run64, doc):
+    sc = scenario_from_dict(doc, "s") if doc else None
+    full = replay.run(run64, sc, fold=False)
+    folded = replay.run(run64, sc, fold=True)
+    assert full.folding is None and folded.folding is not None
+    assert folded.folding.folded_ranks >= 48 and folded.graph.n_nodes < full.graph.n_nodes / 4
+    a, b = full.summary(), folded.summary()
+    assert a["rank"].tolist() == b["rank"].tolist() == list(range(64))
+    diff = ((b.predicted_step_ns - a.predicted_step_ns).abs() / a.predicted_step_ns * 100).max()
+    assert diff <= 1.0, diff
+    assert any("folded" in n for n in folded.notes)
+    if doc and "compute" in doc:  # a rank the scenario changes on its own is replayed, not folded
+        assert folded.folding.representative[5] == 5
+
+
+def test_auto_folds_above_64_ranks_and_out_needs_unfolded(run64, tmp_path):
+    assert replay.run(run64).folding is None  # 64 ranks: not above the threshold
+    folded = replay.run(run64, fold=True)
+    with pytest.raises(tracekit.TracekitError, match="--no-fold"):
+        folded.write_store(str(tmp_path / "out"))
