@@ -362,7 +362,7 @@ def _cpu_track(nb: _Nodes, track: int, g: pd.DataFrame, role, first, last, exit_
     f = np.searchsorted(a, ts[sp], side="left")
     lz = np.searchsorted(z, end[sp], side="right") - 1
     # pieces that turn into (instant, exit) pairs
-    exits = {}  # piece index -> (kind of piece, exit kind, coll, end)
+    exits = {}  # piece index -> its role: ("sync", -1) or ("comm", collective id)
     multi = 0
     for k, i in enumerate(sp):
         r = role.get((rank, int(eid[i])))

@@ -55,8 +55,6 @@ def exposed_comm(g, start, end, steps: pd.DataFrame, step_ts, step_end) -> pd.Da
     rows = []
     kind, rank = g.kind, g.rank
     comm = np.flatnonzero(kind == _graph.K["comm"])
-    exits = {int(c): i for i, c in zip(np.flatnonzero(kind == _graph.K["comm_exit"]),
-                                      g.coll[kind == _graph.K["comm_exit"]])}
     main_tracks = set(g.tracks.loc[g.tracks.main, "track"].astype(int))
     has_gpu = set(g.tracks.loc[g.tracks.is_gpu, "rank"].astype(int))
     for r in g.ranks:
@@ -86,7 +84,6 @@ def exposed_comm(g, start, end, steps: pd.DataFrame, step_ts, step_end) -> pd.Da
                             both += b - a
                         j += 1
             rows.append({"rank": r, "exposed_comm_ns": total - both})
-    del exits
     return pd.DataFrame(rows, columns=["rank", "exposed_comm_ns"])
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import replay
 import tracekit
 from replay import graph as G
-from replay.engine import Engine, _simulate
+from replay.engine import Engine
 from replay.replayer import apply_models, replay as replay_fn
 from tracekit.cli import cli
 
@@ -205,3 +205,26 @@ def test_cli_replay_bad_options_fail_cleanly(tmp_path, args, message):
                                    "--store", str(tmp_path / "st"), *args])
     assert res.exit_code == 2
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_cli_replay_out_writes_a_store_and_a_chrome_trace(tmp_path):
+    import gzip
+
+    out = tmp_path / "pred"
+    scenario = tmp_path / "fast.toml"
+    scenario.write_text("[network]\nbandwidth_scale = 2.0\n")
+    res = CliRunner().invoke(cli, ["replay", str(REPO / "sample_traces" / "ddp3_slow_rank1"), "--store",
+                                   str(tmp_path / "st"), "--scenario", str(scenario), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    pred = tracekit.open(out)
+    assert pred.store.manifest.label["kind"] == "replay" and pred.store.manifest.label["scenario"] == "fast"
+    # the predicted run reads like a measured one: steps are shorter than measured
+    measured = tracekit.open(REPO / "sample_traces" / "ddp3_slow_rank1", store=str(tmp_path / "st"))
+    q = "SELECT median(dur_ns) AS d FROM steps WHERE NOT is_last"
+    assert pred.sql(q).d.iloc[0] < measured.sql(q).d.iloc[0]
+    doc = json.loads(gzip.decompress((out / "replay.chrome.json.gz").read_bytes()))
+    assert sum(1 for e in doc["traceEvents"] if e.get("ph") == "X") > 1000
+    # and the gate compares measured against predicted
+    r = CliRunner().invoke(cli, ["gate", str(REPO / "sample_traces" / "ddp3_slow_rank1"), str(out), "--baseline-store",
+                                 str(tmp_path / "st")])
+    assert r.exit_code in (0, 1) and "gate:" in r.output
