@@ -12,8 +12,8 @@ What each transform needs, and what it changes:
        the global batch grows by p'/p); the new ranks behave like the measured ones (they are not
        replayed separately: ranks identical up to noise are folded).
   tp, pp, micro_batches
-       Need the model's layer structure (per-layer compute and the tensor-parallel collectives of each
-       layer) from the trace; a trace without it is refused with a message that says what is missing.
+       replay/pipeline.py: they need the model's layer structure (layer.<i> annotations) and run.json's
+       activation_bytes; a trace without them is refused with a message that says what is missing.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def layout(run) -> dict:
         return {}
     return {"dp": int(par["dp"]), "tp": int(par.get("tp", 1)), "pp": int(par.get("pp", 1)),
             "micro_batches": int(par.get("micro_batches", 1)), "global_batch_size": par.get("global_batch_size"),
-            "source": os.path.join(trace_dir, MANIFEST_NAME)}
+            "model_bytes": par.get("model_bytes"), "activation_bytes": par.get("activation_bytes"),
+            "layers": par.get("layers"), "source": os.path.join(trace_dir, MANIFEST_NAME)}
 
 
 def apply_dp(g, new_dp: int, lay: dict, calibrated) -> tuple[pd.DataFrame, list[str]]:
@@ -110,16 +111,3 @@ def expected_max_shift(colls: pd.DataFrame, p: int, p_new: int) -> int:
         return float((x * ((i / n) ** k - ((i - 1) / n) ** k)).sum())
 
     return int(round(emax(p_new) - emax(p)))
-
-
-def check_unsupported(spec: dict, lay: dict) -> None:
-    """tp / pp / micro_batches changes: refuse clearly (the traces tracekit reads carry no layer map)."""
-    for key in ("tp", "pp", "micro_batches"):
-        v = spec.get(key)
-        if v is None or (lay and v == lay.get(key, 1)):
-            continue
-        raise TracekitError(
-            f"[parallelism] {key} = {v}: changing the {'tensor' if key == 'tp' else 'pipeline'}-parallel "
-            f"{'degree' if key != 'micro_batches' else 'micro-batch count'} needs the model's layer structure "
-            "(per-layer compute and each layer's tensor-parallel collectives, e.g. record_function ranges named "
-            "layer.<i> in the trace, and run.json's parallel block); this run has none. Allowed here: dp")

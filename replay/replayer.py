@@ -211,6 +211,12 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     res.info = info
     res.folding = folding
     res.steps = _steps(res)
+    delta = info.get("step_delta")
+    if delta:  # tensor / pipeline splits re-schedule each step's forward and backward (replay/pipeline.py)
+        d = res.steps["rank"].map(delta).fillna(0).astype(np.int64)
+        res.steps["predicted_step_ns"] = res.steps.predicted_step_ns + d
+        k = res.steps.groupby("rank").cumcount() + 1
+        res.steps["predicted_end_ns"] = res.steps.predicted_end_ns + d * k
     return res
 
 
@@ -251,13 +257,18 @@ def apply_models(g, scenario, run=None):
         if par:
             from . import parallelism
 
-            lay = parallelism.layout(run) if run is not None else {}
-            parallelism.check_unsupported(par, lay)
-            if par.get("dp") is not None:
-                from .network import calibrate
+            from .network import calibrate
 
-                base = scenario.calibrate(colls) if scenario.network.get("calibrate", "run") != "none" else None
-                base = base if base is not None else calibrate(colls)
+            lay = parallelism.layout(run) if run is not None else {}
+            base = scenario.calibrate(colls) if scenario.network.get("calibrate", "run") != "none" else None
+            base = base if base is not None else calibrate(colls)
+            if any(par.get(k) not in (None, lay.get(k, 1) if lay else None) for k in ("tp", "pp", "micro_batches")):
+                from . import pipeline
+
+                info["step_delta"], more = pipeline.step_delta(run, g, par, lay, base,
+                                                               scenario.network.get("gpus_per_node"))
+                notes += more
+            if par.get("dp") is not None:
                 colls, more = parallelism.apply_dp(g, int(par["dp"]), lay, base)
                 notes += more
         comm = scenario.comm_model(base if base is not None and scenario.needs_calibration else colls)

@@ -26,6 +26,11 @@ done
 # (d) the same job on 4 hosts (a bridge joins them) at 100 Mbit/s: data parallelism 2 -> 4 and back.
 tracekit demo-train --out "$out/ddp4_4hosts_100mbit" --ranks 4 --hosts 4 --link-rate-mbit 100 "${testbed[@]}"
 
+# (e) 2-rank DDP on loopback, 4 layers, each annotated (layer.<i>, backward): the layer structure the
+# tensor/pipeline-parallel what-ifs split (replay/pipeline.py).
+tracekit demo-train --out "$out/ddp2_layers" --ranks 2 --d-model 128 --layers 4 --vocab 512 --seq-len 32 \
+  --batch-size 8 --steps 6 --warmup 1 --timed-steps 4
+
 # Ingest must find every rank; the store itself is not bundled.
 for d in "$out"/*/; do
   tracekit ingest "$d" --store "$(mktemp -d)/store" --quiet

@@ -104,7 +104,7 @@ def test_cli_whatif_simplest_file_as_written(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("[network]\nbandwith_scale = 4.0\n", "[network] bandwith_scale"),
     ("[network]\nbandwidth_scale = -1\n", "bandwidth_scale"),
-    ("[parallelism]\ntp = 2\n", "[parallelism] tp = 2"),
+    ("[parallelism]\ntp = 2\n", "[parallelism] tp/pp: the trace has no layer"),
     ("[network\n", "s.toml"),
 ])
 def test_cli_whatif_bad_scenarios_fail_cleanly(tmp_path, text, message):

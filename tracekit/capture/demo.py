@@ -82,7 +82,13 @@ def build_model(cfg: DemoConfig):
             self.head = nn.Linear(cfg.d_model, cfg.vocab)
 
         def forward(self, tokens):
-            return self.head(self.encoder(self.embed(tokens)))
+            # one annotation per layer: the layer structure replay's tensor/pipeline what-ifs need
+            record = require_torch().profiler.record_function
+            x = self.embed(tokens)
+            for i, layer in enumerate(self.encoder.layers):
+                with record(f"layer.{i}"):
+                    x = layer(x)
+            return self.head(x)
 
     return TinyLM()
 
@@ -113,7 +119,8 @@ def train_rank(cfg: DemoConfig, rank: int) -> None:
                 logits = model(tokens[:, :-1])
                 loss = loss_fn(logits.reshape(-1, cfg.vocab), tokens[:, 1:].reshape(-1))
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                with torch.profiler.record_function("backward"):
+                    loss.backward()
                 opt.step()
                 prof.step()
     finally:
@@ -124,7 +131,9 @@ def _parallel(cfg: DemoConfig) -> dict:
     params = sum(p.numel() for p in build_model(cfg).parameters())
     return {"dp": cfg.ranks, "tp": 1, "pp": 1, "micro_batches": 1, "model_params": params,
             "model_bytes": params * 4, "global_batch_size": cfg.batch_size * cfg.ranks,
-            "ddp_bucket_mb": cfg.bucket_mb}
+            "ddp_bucket_mb": cfg.bucket_mb, "layers": cfg.layers,
+            # fp32 activations between layers, per rank and step: what a pipeline stage sends on
+            "activation_bytes": cfg.batch_size * cfg.seq_len * cfg.d_model * 4}
 
 
 def _demo_meta(cfg: DemoConfig) -> dict:
