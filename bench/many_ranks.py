@@ -36,6 +36,8 @@ ROOT = os.path.dirname(HERE)
 # "n/a") while `replay.run` does not exist; once it does, it times a baseline replay of the trace set.
 def time_replay(trace_dir: str) -> float | None:
     """Seconds for a baseline `replay.run(trace_dir)`, or None when replay.run does not exist yet."""
+    if ROOT not in sys.path:  # the repository's replay package (bench/ has a replay.py of its own)
+        sys.path.insert(0, ROOT)
     try:
         import replay
     except ImportError:
@@ -78,9 +80,10 @@ t = time.perf_counter(); run = tracekit.open(S); df = comms.straggler_attributio
 assert len(df) == N
 """,
     "replay": """
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-from many_ranks import time_replay
-dt = time_replay(D)
+import importlib.util
+spec = importlib.util.spec_from_file_location("many_ranks", os.path.join(ROOT, "bench", "many_ranks.py"))
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+dt = mod.time_replay(D)
 """,
 }
 
