@@ -90,7 +90,7 @@ dt = mod.time_replay(D)
 
 def _measure(step: str, trace_dir: str, store: str, n: int, timeout: float) -> tuple[float | None, str]:
     code = ("import json, os, sys, time\nROOT = %r\nD, S, N = sys.argv[1], sys.argv[2], int(sys.argv[3])\n" % ROOT
-            + textwrap.dedent(_STEPS[step]) + "\nprint(json.dumps({'s': dt}))\n")
+            + textwrap.dedent(_STEPS[step]) + "\nprint('@@result ' + json.dumps({'s': dt}))\n")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         out = subprocess.run([sys.executable, "-c", code, trace_dir, store, str(n)], capture_output=True, text=True,
@@ -100,7 +100,10 @@ def _measure(step: str, trace_dir: str, store: str, n: int, timeout: float) -> t
     if out.returncode != 0:
         last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"
         return None, f"failed: {last[:160]}"
-    s = json.loads(out.stdout.strip().splitlines()[-1])["s"]
+    # DuckDB's progress bar shares stdout (carriage returns, no newline): take what follows the marker
+    if "@@result " not in out.stdout:
+        return None, "failed: no result printed"
+    s = json.loads(out.stdout.rsplit("@@result ", 1)[1].splitlines()[0])["s"]
     return s, "" if s is not None else "n/a"
 
 
