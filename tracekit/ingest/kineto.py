@@ -239,9 +239,11 @@ def _int(v: Any) -> int | None:
 
 _MAX_OBJECT = 16 << 20
 # DuckDB's budget for the per-file derived tables (steps, flows, memory, sparse args): they need the
-# whole file, and beyond this DuckDB spills to <stage>/spill. A 54 MB trace stays well under it (no
-# spilling); a 2 GB one spills a little and keeps the ingest's peak RSS near 0.5 GB.
-DERIVED_MEMORY = "320MB"
+# whole file, and beyond this DuckDB spills to <stage>/spill. A 54 MB trace stays well under it. On a
+# 2 GB trace (bench/big_ingest.py) the derived stage took 17.8 s unbounded (peak 899 MB and growing
+# with the file), 18.5 s at 640 MB (peak ~730 MB), 20.8 s at 512 MB, 24.2 s at 320 MB (peak ~430 MB):
+# 640 MB keeps nearly the unbounded speed and the ingest under 1 GB whatever the file size.
+DERIVED_MEMORY = "640MB"
 # DuckDB converters per file, beside the reader thread. Two use both cores on a
 # lone file but hold one more chunk (~30 MB); the process pool already fills
 # the cores when there are several files.
