@@ -21,10 +21,10 @@ from ..store import default_store_dir, writer_lock
 from ..store import manifest as _manifest
 from ..store.manifest import Manifest, SourceEntry
 from ..store.schema import SCHEMA_VERSION, TABLES
+from .executor import Executor, parse_executor, run_dask
 from .flight_recorder import FR_SUFFIXES, ingest_flight_recorder, is_fr_candidate
 from .kineto import FileResult, ingest_kineto
 from .nccl import INSPECTOR_SUFFIXES, ingest_inspector, ingest_nccl_tests, is_inspector_candidate
-from .executor import Executor, parse_executor, run_dask
 from .worker import run_pool
 
 TRACE_SUFFIXES = (".json", ".json.gz")
