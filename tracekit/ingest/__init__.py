@@ -394,8 +394,11 @@ def _commit(store_dir: str, gen: str, old: Manifest | None, manifest: Manifest, 
         files: dict[str, list[str]] = {}
         for table in TABLES:
             rel_dir = os.path.join(table, f"rank={r.rank}")
-            os.makedirs(os.path.join(store_dir, rel_dir), exist_ok=True)
             files[table] = []
+            if not r.staged.get(table):  # no empty rank directories (10 tables x 1024 ranks, removed again later)
+                os.makedirs(os.path.join(store_dir, table), exist_ok=True)
+                continue
+            os.makedirs(os.path.join(store_dir, rel_dir), exist_ok=True)
             for i, staged in enumerate(r.staged.get(table, [])):
                 rel = os.path.join(rel_dir, f"{key}-{gen}-{i}.parquet")
                 os.replace(staged, os.path.join(store_dir, rel))
