@@ -7,7 +7,7 @@ Each trace is made by bench/make_big_trace.py from ../shared/traces/hta/df_index
 For each size, in fresh processes:
 
 - tracekit ingest of the one file (jobs=1, --force), imports excluded from the time;
-  peak RSS = max(ru_maxrss of the ingest process, RUSAGE_CHILDREN: its worker children);
+  peak RSS = max(VmHWM of the ingest process, RUSAGE_CHILDREN: its worker children);
 - the baseline, same file, same run: bare gunzip (zlib, as bench/ingest.py) + msgspec decode of
   every event to Python objects. A 2 GB trace decoded in one call would need ~20 GB, so the
   events are decoded in batches of 100,000 (the same work per byte, bounded memory).
@@ -48,7 +48,10 @@ c0 = cpu()
 t = time.perf_counter()
 ingest(sys.argv[1], sys.argv[2], jobs=1, force=True, progress=False)
 dt = time.perf_counter() - t
-own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss, for this process: Linux carries ru_maxrss across fork + exec (a child of a big
+# process would start at its parent's mark); its worker children are forked from it, small
+with open("/proc/self/status") as f:
+    own = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps({"s": dt, "cpu_s": cpu() - c0, "rss_mb": max(own, kids), "self_mb": own, "children_mb": kids}))
 """
