@@ -92,8 +92,12 @@ class Store:
 
         con = duckdb.connect(config={"threads": min(os.cpu_count() or 1, 8), "autoinstall_known_extensions": False,
                                      "autoload_known_extensions": False})
-        # no progress bar: on long queries DuckDB would print it into stdout, which is the CLI's output
-        con.execute("SET enable_progress_bar = false")
+        # no progress bar: on long queries DuckDB would print it into stdout, which is the CLI's output.
+        # (Inside Jupyter without ipywidgets DuckDB refuses to touch the setting; it draws none there.)
+        try:
+            con.execute("SET enable_progress_bar = false")
+        except duckdb.Error:
+            pass
         for table in TABLES:
             create_table_view(con, f"_{table}", self.files(table), TABLES[table])
         con.execute(_VIEWS_SQL)
