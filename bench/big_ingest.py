@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
+
+from _common import run_snippet, write_md_block
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -78,14 +78,6 @@ print(json.dumps({"s": dt, "cpu_s": time.process_time() - c0, "gunzip_s": t1 - t
 """
 
 
-def _run(code: str, *args: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def _trace(work: str, src: str, size_gb: float) -> tuple[str, dict]:
     """The trace directory for one size (made once, reused while its recipe matches)."""
     d = os.path.join(work, f"trace-{size_gb:g}gb")
@@ -99,24 +91,12 @@ def _trace(work: str, src: str, size_gb: float) -> tuple[str, dict]:
     os.makedirs(d, exist_ok=True)
     t = time.perf_counter()
     # in a child: a forked child's ru_maxrss starts at its parent's RSS, so this process must stay small
-    r = _run(_MAKE, os.path.join(d, "big.json.gz"), str(int(size_gb * 1e9)), src)
+    r = run_snippet(_MAKE, os.path.join(d, "big.json.gz"), str(int(size_gb * 1e9)), src)
     meta = {"recipe": recipe, **r, "compressed": os.path.getsize(os.path.join(d, "big.json.gz")),
             "make_s": time.perf_counter() - t}
     with open(meta_path, "w") as f:
         json.dump(meta, f)
     return d, meta
-
-
-def _write_md(path: str, table: str) -> None:
-    start, end = "<!-- big_ingest -->", "<!-- /big_ingest -->"
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
-    block = f"{start}\n{table}\n{end}"
-    if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 def main() -> int:
@@ -137,8 +117,8 @@ def main() -> int:
         d, meta = _trace(a.work, a.src, size)
         mb = meta["bytes"] / 1e6
         with tempfile.TemporaryDirectory(dir=a.work) as tmp:
-            ing = [_run(_INGEST, d, os.path.join(tmp, "store")) for _ in range(a.repeat)]
-        dec = [_run(_DECODE, os.path.join(d, "big.json.gz")) for _ in range(a.repeat)]
+            ing = [run_snippet(_INGEST, d, os.path.join(tmp, "store")) for _ in range(a.repeat)]
+        dec = [run_snippet(_DECODE, os.path.join(d, "big.json.gz")) for _ in range(a.repeat)]
         bi, bd = min(ing, key=lambda r: r["s"]), min(dec, key=lambda r: r["s"])
         peak = max(r["rss_mb"] for r in ing)
         ci, cd = min(r["cpu_s"] for r in ing), min(r["cpu_s"] for r in dec)
@@ -169,7 +149,7 @@ def main() -> int:
     print()
     print(table)
     if a.md:
-        _write_md(a.md, table)
+        write_md_block(a.md, "big_ingest", table)
         print(f"\n(table written to {a.md})")
     return 0
 

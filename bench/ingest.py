@@ -11,12 +11,11 @@ and a markdown table for the README.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import textwrap
+
+from _common import run_snippet
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -84,14 +83,6 @@ print(json.dumps({"s": time.perf_counter() - t}))
 """
 
 
-def _run(code: str, *args: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace_dir", nargs="?", default=DEFAULT)
@@ -102,13 +93,13 @@ def main() -> int:
         print(f"{a.trace_dir}: not found (the shared traces are not here)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        ingest = [_run(_INGEST, a.trace_dir, os.path.join(tmp, "store")) for _ in range(a.repeat)]
-        decode = [_run(_DECODE, a.trace_dir) for _ in range(a.repeat)]
-        decoders = _run(_DECODERS, a.trace_dir)
+        ingest = [run_snippet(_INGEST, a.trace_dir, os.path.join(tmp, "store")) for _ in range(a.repeat)]
+        decode = [run_snippet(_DECODE, a.trace_dir) for _ in range(a.repeat)]
+        decoders = run_snippet(_DECODERS, a.trace_dir)
         hta = None
         if not a.no_hta:
             try:
-                hta = [_run(_HTA, a.trace_dir) for _ in range(max(1, a.repeat - 1))]
+                hta = [run_snippet(_HTA, a.trace_dir) for _ in range(max(1, a.repeat - 1))]
             except RuntimeError as e:
                 print(f"HTA not measured: {e}", file=sys.stderr)
     best = lambda rows: min(rows, key=lambda r: r["s"])  # noqa: E731

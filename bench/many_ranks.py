@@ -10,7 +10,7 @@ matching collectives) and are kept in --work. Each figure is measured in a fresh
 - temporal_breakdown: `tracekit.open(store).analyze("temporal_breakdown")` (`tracekit analyze`);
 - collectives / stragglers: `analyses.comms.collectives_matched` / `straggler_attribution`
   (`tracekit comms collectives` / `tracekit comms stragglers`);
-- replay: see time_replay() below (the replay engine's hook).
+- replay: `replay.run(TRACE_DIR)` (folding automatic above 64 ranks).
 
 Each line shows the seconds, the seconds per rank, and how the time per rank grows from the smallest
 to the largest set (1.0 = linear in the number of ranks). A measurement over --timeout is reported
@@ -27,28 +27,12 @@ import tempfile
 import textwrap
 import time
 
+from _common import write_md_block
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-# --- replay hook -------------------------------------------------------------------------------------
-# For the replay engineer: this is the one place the benchmark times replay. It returns None (shown as
-# "n/a") while `replay.run` does not exist; once it does, it times a baseline replay of the trace set.
-def time_replay(trace_dir: str) -> float | None:
-    """Seconds for a baseline `replay.run(trace_dir)`, or None when replay.run does not exist yet."""
-    if ROOT not in sys.path:  # the repository's replay package (bench/ has a replay.py of its own)
-        sys.path.insert(0, ROOT)
-    try:
-        import replay
-    except ImportError:
-        return None
-    run = getattr(replay, "run", None)
-    if run is None:
-        return None
-    t = time.perf_counter()
-    run(trace_dir)
-    return time.perf_counter() - t
-# ------------------------------------------------------------------------------------------------------
 
 
 _STEPS = {
@@ -80,10 +64,8 @@ t = time.perf_counter(); run = tracekit.open(S); df = comms.straggler_attributio
 assert len(df) == N
 """,
     "replay": """
-import importlib.util
-spec = importlib.util.spec_from_file_location("many_ranks", os.path.join(ROOT, "bench", "many_ranks.py"))
-mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-dt = mod.time_replay(D)
+import replay
+t = time.perf_counter(); replay.run(D); dt = time.perf_counter() - t
 """,
 }
 
@@ -116,18 +98,6 @@ def _trace_set(work: str, n: int) -> str:
         with open(done, "w") as f:
             json.dump({"make_s": time.perf_counter() - t}, f)
     return d
-
-
-def _write_md(path: str, table: str) -> None:
-    start, end = "<!-- many_ranks -->", "<!-- /many_ranks -->"
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
-    block = f"{start}\n{table}\n{end}"
-    if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 def main() -> int:
@@ -167,7 +137,7 @@ def main() -> int:
     print()
     print(table)
     if a.md:
-        _write_md(a.md, table)
+        write_md_block(a.md, "many_ranks", table)
         print(f"\n(table written to {a.md})")
     return 0
 

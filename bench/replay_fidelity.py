@@ -1,7 +1,7 @@
 """Replay benchmark: fidelity per trace set and engine speed, written as markdown for docs/replay.md.
 
-    python bench/replay.py                 # every bundled sample + the shared GPU traces
-    python bench/replay.py --repeat 5 --out docs/replay_results.md
+    python bench/replay_fidelity.py                 # every bundled sample + the shared GPU traces
+    python bench/replay_fidelity.py --repeat 5 --out docs/replay_results.md
 
 Fidelity: baseline replay (nothing changed) vs the measured step times, median over steps per rank
 (the last, often truncated, step left out when a rank has others); the table shows the worst rank's
