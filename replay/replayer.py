@@ -185,6 +185,7 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     replay ranks whose graphs are identical up to fold_tolerance once (replay/fold.py). Returns a
     ReplayResult."""
     run = _open(store_or_run)
+    scen = _scenario(scenario)  # a bad scenario file fails before any work
     t = time.perf_counter()
     full = graph if graph is not None else _graph.build(run, ranks)
     folding = None
@@ -192,15 +193,13 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     if fold is True or (fold == "auto" and len(full.ranks) > FOLD_AUTO_RANKS):
         from . import fold as _fold
 
-        scen0 = _scenario(scenario)
-        own = (getattr(scen0, "compute", None) or {}).get("rank_slowdown", {}) if scen0 is not None else {}
+        own = (getattr(scen, "compute", None) or {}).get("rank_slowdown", {}) if scen is not None else {}
         folding = _fold.plan(full, fold_tolerance, keep={int(k) for k in own})
         if folding.folded_ranks:
             g = _fold.fold(full, folding)
         else:
             folding = None
     build_s = time.perf_counter() - t
-    scen = _scenario(scenario)
     dur, lag, model_notes, info = apply_models(g, scen, run)
     t = time.perf_counter()
     eng = Engine(g.n_nodes, g.src, g.dst, g.from_end, g.lag_ns, source=0, t0_ns=g.origin_ns, compiled=compiled)
