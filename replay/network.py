@@ -122,6 +122,26 @@ class CommModel(Protocol):
 # Column access and the cost coefficients
 
 
+def colls_frame(rows, *, arrival_step_ns: int = 1000, timeline: str = "gpu") -> pd.DataFrame:
+    """A collectives frame with the engine's columns and dtypes (the CommModel contract) from rows (a
+    DataFrame or records) giving op, bytes, group_size, n_hosts, measured_transfer_ns and optionally
+    pg_name: coll_id and order follow the rows, ranks are 0..group_size-1, arrivals arrival_step_ns apart."""
+    df = pd.DataFrame(rows).copy()
+    n = len(df)
+    if "pg_name" not in df:
+        df["pg_name"] = None
+    df.insert(0, "coll_id", np.arange(n, dtype=np.int64))
+    df["bytes"] = df["bytes"].astype("Int64")
+    df["n_hosts"] = df["n_hosts"].astype("Int64")
+    df["group_size"] = df["group_size"].astype("int64")
+    df["measured_transfer_ns"] = df["measured_transfer_ns"].astype("int64")
+    df["ranks"] = [list(range(p)) for p in df["group_size"]]
+    df["timeline"] = timeline
+    df["first_arrival_ns"] = np.arange(n, dtype=np.int64) * arrival_step_ns
+    df["order"] = np.arange(n, dtype=np.int64)
+    return df
+
+
 @dataclass
 class _Rows:
     """The columns the models read, as numpy arrays (pandas nullable columns become NaN floats)."""

@@ -153,10 +153,10 @@ def layer_profile(run, ranks) -> pd.DataFrame:
 def _cost(calibrated, op: str, n_bytes: float, group: int, hosts: int) -> int:
     if calibrated is None or group <= 1 or n_bytes <= 0:
         return 0
-    df = pd.DataFrame({"coll_id": [0], "op": [op], "bytes": pd.array([int(n_bytes)], dtype="Int64"),
-                       "group_size": [int(group)], "ranks": [list(range(group))],
-                       "n_hosts": pd.array([int(hosts)], dtype="Int64"), "pg_name": [None], "timeline": ["cpu"],
-                       "measured_transfer_ns": [0], "first_arrival_ns": [0], "order": [0]})
+    from .network import colls_frame
+
+    df = colls_frame([{"op": op, "bytes": int(n_bytes), "group_size": int(group), "n_hosts": int(hosts),
+                       "measured_transfer_ns": 0}], timeline="cpu")
     return int(calibrated.transfer_ns(df)[0])
 
 

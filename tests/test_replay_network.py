@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.network import (DEFAULT_LINKS, AlphaBetaModel, LinkOverride, Link, MeasuredComm, WhatIfComm,
+from replay.network import (DEFAULT_LINKS, colls_frame, AlphaBetaModel, LinkOverride, Link, MeasuredComm, WhatIfComm,
                             calibrate, calibrate_nccl_tests, class_keys)
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -19,18 +19,7 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 def frame(rows: list[dict]) -> pd.DataFrame:
     """A collectives frame with the engine's columns and dtypes."""
-    df = pd.DataFrame(rows)
-    n = len(df)
-    df["coll_id"] = np.arange(n, dtype=np.int64)
-    df["order"] = np.arange(n, dtype=np.int64)
-    df["bytes"] = df["bytes"].astype("Int64")
-    df["n_hosts"] = df["n_hosts"].astype("Int64")
-    df["group_size"] = df["group_size"].astype("int64")
-    df["ranks"] = [list(range(p)) for p in df["group_size"]]
-    df["timeline"] = "gpu"
-    df["first_arrival_ns"] = np.arange(n, dtype=np.int64) * 1000
-    df["measured_transfer_ns"] = df["measured_transfer_ns"].astype("int64")
-    return df
+    return colls_frame(rows, arrival_step_ns=1000)
 
 
 def ring_ns(op, p, n, alpha_ns, beta):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.network import AlphaBetaModel, Link, MeasuredComm, WhatIfComm, calibrate
+from replay.network import AlphaBetaModel, Link, MeasuredComm, WhatIfComm, calibrate, colls_frame
 from replay.optical import OpticalModel, Phase
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -19,18 +19,8 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 def frame(rows) -> pd.DataFrame:
     """rows: (op, pg_name, group_size, n_hosts, bytes, measured_transfer_ns) in arrival order."""
-    df = pd.DataFrame(rows, columns=["op", "pg_name", "group_size", "n_hosts", "bytes", "measured_transfer_ns"])
-    n = len(df)
-    df.insert(0, "coll_id", np.arange(n, dtype=np.int64))
-    df["bytes"] = df["bytes"].astype("Int64")
-    df["n_hosts"] = df["n_hosts"].astype("Int64")
-    df["group_size"] = df["group_size"].astype("int64")
-    df["measured_transfer_ns"] = df["measured_transfer_ns"].astype("int64")
-    df["ranks"] = [list(range(p)) for p in df["group_size"]]
-    df["timeline"] = "gpu"
-    df["first_arrival_ns"] = np.arange(n, dtype=np.int64) * 10_000
-    df["order"] = np.arange(n, dtype=np.int64)
-    return df
+    cols = ["op", "pg_name", "group_size", "n_hosts", "bytes", "measured_transfer_ns"]
+    return colls_frame(pd.DataFrame(rows, columns=cols), arrival_step_ns=10_000)
 
 
 @functools.lru_cache(maxsize=1)
