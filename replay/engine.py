@@ -11,6 +11,12 @@ ends is released before anything new starts). A node starts once every dependenc
 at the latest release time plus that dependency's lag. Dependencies are released at their source's
 start (`from_end` false) or end.
 
+Transfers that share links are flows (replay/sharing.py): a flow node starts like any node, waits its
+latency (an ACTIVATE event), then moves its bytes at the max-min fair rate its links give it; the rates of
+all moving flows are recomputed at every activation and every end, and the earliest predicted end is a
+CHECK event (stale ones, from before the latest recomputation, are skipped). Without flows the loop is the
+plain one.
+
 The loop is plain Python that numba compiles when it is installed (the same source either way); the
 compiled core replays millions of nodes per second, the interpreted one a few hundred thousand.
 """
@@ -26,26 +32,96 @@ try:  # compiled when numba is available; the interpreted source is the referenc
 except ImportError:  # pragma: no cover - numba is a dependency, but keep working without it
     _njit = None
 
-START, END = 1, 0  # priorities: ENDs first at equal times
+from .sharing import Flows, max_min_rates
+
+START, END = 1, 0  # priorities: ENDs (and flow CHECKs) first at equal times; ACTIVATE ranks with START
+_EPS_NS = 1e-6  # a predicted flow end this close above an integer ns is that ns (float noise, not time)
+
+_max_min = _njit(cache=True, nogil=True)(max_min_rates) if _njit is not None else max_min_rates
 
 
-def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0, until):
+def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0, until,
+              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap):
     """Run the event loop. Returns (start, end) per node; -1 for nodes that never started (or started
-    after `until` when until >= 0) and whose end lies past it."""
+    after `until` when until >= 0) and whose end lies past it. flow_of[node]: the node's flow (-1: none);
+    f_*: the flows (replay/sharing.Flows)."""
     start = np.full(n, -1, np.int64)
     end = np.full(n, -1, np.int64)
     ready = np.full(n, np.iinfo(np.int64).min, np.int64)
     waiting = indeg.copy()
     heap = [(np.int64(t0), np.int64(START), np.int64(0), np.int64(source))]
     seq = 1
+    # flows: the moving ones (active[:n_active], pos[f] their slot), bytes left when the rates were last set
+    n_flows = len(f_node)
+    n_links = len(f_cap)
+    active = np.zeros(n_flows, np.int64)
+    pos = np.full(n_flows, -1, np.int64)
+    left = f_bytes.copy()
+    rate = np.zeros(n_flows, np.float64)
+    pred_end = np.zeros(n_flows, np.int64)
+    rem_cap = np.zeros(n_links, np.float64)
+    n_on = np.zeros(n_links, np.int64)
+    touched = np.zeros(n_links, np.int64)
+    frozen = np.zeros(n_flows, np.bool_)
+    n_active = 0
+    t_rates = np.int64(t0)
+    version = 0
     while len(heap) > 0:
-        t, prio, _s, node = heapq.heappop(heap)
+        t, prio, _s, code = heapq.heappop(heap)
         if until >= 0 and t > until:
             break
+        if code < 0 or code >= n:  # a flow event: CHECK (code < 0) or ACTIVATE (code = node + n)
+            if code < 0 and -code - 1 != version:
+                continue  # the rates changed since this end was predicted
+            dt = t - t_rates
+            for i in range(n_active):
+                f = active[i]
+                if dt > 0 and rate[f] < np.inf:
+                    left[f] = max(left[f] - rate[f] * dt, 0.0)
+            if code < 0:  # the flows predicted to end now end; their nodes end with them
+                i = 0
+                while i < n_active:
+                    f = active[i]
+                    if pred_end[f] <= t:
+                        heapq.heappush(heap, (t, np.int64(END), np.int64(seq), f_node[f]))
+                        seq += 1
+                        n_active -= 1
+                        last = active[n_active]
+                        active[i] = last
+                        pos[last] = i
+                        pos[f] = -1
+                    else:
+                        i += 1
+            else:
+                f = flow_of[code - n]
+                active[n_active] = f
+                pos[f] = n_active
+                n_active += 1
+            _max_min(active, n_active, f_ptr, f_links, f_cap, rate, rem_cap, n_on, frozen, touched)
+            t_rates = t
+            version += 1
+            soonest = np.iinfo(np.int64).max
+            for i in range(n_active):
+                f = active[i]
+                if rate[f] == np.inf or left[f] <= 0.0:
+                    pred_end[f] = t
+                else:
+                    pred_end[f] = t + np.int64(np.ceil(left[f] / rate[f] - _EPS_NS))
+                if pred_end[f] < soonest:
+                    soonest = pred_end[f]
+            if n_active > 0:
+                heapq.heappush(heap, (soonest, np.int64(END), np.int64(seq), np.int64(-version - 1)))
+                seq += 1
+            continue
+        node = code
         if prio == START:
             start[node] = t
             point = 0
-            heapq.heappush(heap, (t + dur[node], np.int64(END), np.int64(seq), node))
+            f = flow_of[node]
+            if f >= 0:  # moves once its latency has passed; its end comes from the sharing
+                heapq.heappush(heap, (t + f_lat[f], np.int64(START), np.int64(seq), node + n))
+            else:
+                heapq.heappush(heap, (t + dur[node], np.int64(END), np.int64(seq), node))
             seq += 1
         else:
             end[node] = t
@@ -115,8 +191,9 @@ class Engine:
         self.source, self.t0 = int(source), int(t0_ns)
         self.compiled = compiled
 
-    def run(self, dur_ns, lag_ns=None, *, until: int = -1) -> Schedule:
-        """Replay with these node durations (and edge lags, default: the constructor's)."""
+    def run(self, dur_ns, lag_ns=None, *, until: int = -1, flows: Flows | None = None) -> Schedule:
+        """Replay with these node durations (and edge lags, default: the constructor's). flows: transfers
+        timed by link sharing (replay/sharing.Flows); their nodes' durations are not used."""
         dur = np.ascontiguousarray(np.asarray(dur_ns, np.int64))
         if len(dur) != self.n:
             raise ValueError(f"{len(dur)} durations for {self.n} nodes")
@@ -125,8 +202,16 @@ class Engine:
         lag = self._lag if lag_ns is None else np.ascontiguousarray(np.asarray(lag_ns, np.int64)[self._order])
         if (lag < 0).any():
             raise ValueError("negative lags would let time run backwards")
+        fl = Flows.none() if flows is None else flows
+        flow_of = np.full(self.n, -1, np.int64)
+        if len(fl):
+            if fl.node.min() < 0 or fl.node.max() >= self.n:
+                raise ValueError(f"a flow names a node outside 0..{self.n - 1}")
+            flow_of[fl.node] = np.arange(len(fl), dtype=np.int64)
         start, end = _core(self.compiled)(self.n, dur, self._ptr, self._dst, lag, self._from_end, self._indeg,
-                                          np.int64(self.source), np.int64(self.t0), np.int64(until))
+                                          np.int64(self.source), np.int64(self.t0), np.int64(until), flow_of,
+                                          fl.node, fl.bytes, fl.latency_ns, fl.route_ptr, fl.route_links,
+                                          fl.capacity)
         reached = int((start >= 0).sum())
         if until < 0 and reached != self.n:
             raise ValueError(f"{self.n - reached} node(s) never became ready: the graph has a cycle")

@@ -1,0 +1,139 @@
+"""Flows over shared links: what the engine needs to let concurrent transfers share capacity.
+
+A flow is a transfer the engine times while it runs instead of from a duration fixed before the replay:
+it belongs to one graph node, waits its latency once the node starts, then moves `bytes` over every link
+of its route at one rate (a collective's ring progresses at the pace of its slowest link, so a
+collective is one flow across all the links it crosses). Concurrent flows share each link's capacity
+max-min fairly, by progressive filling (the fluid model SimGrid validated): raise every flow's rate
+together; when a link saturates, the flows crossing it keep their share and the others go on. The rates
+are recomputed whenever a flow starts moving or ends, so a transfer's end is an event found during the
+replay.
+
+Units: bytes, ns, and capacities in bytes per ns (1 GB/s = 1 byte/ns). Which links a transfer crosses and
+how many bytes it moves over each is the link model's business (replay/links.py); this module only
+shares. The functions are plain Python over numpy arrays that numba compiles inside the engine's loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Flows:
+    """The flows of one replay, and the links they share.
+
+    node: the graph node each flow belongs to (its start starts the flow; its end is the flow's end);
+    bytes: what the flow moves over each link of its route; latency_ns: time before it moves;
+    route_ptr / route_links: CSR of each flow's links (flow f crosses route_links[route_ptr[f]:route_ptr[f+1]]);
+    capacity: bytes per ns of each link. A flow without links moves at once (its time is its latency).
+    """
+
+    node: np.ndarray
+    bytes: np.ndarray
+    latency_ns: np.ndarray
+    route_ptr: np.ndarray
+    route_links: np.ndarray
+    capacity: np.ndarray
+
+    def __post_init__(self):
+        node = np.ascontiguousarray(np.asarray(self.node, np.int64))
+        size = np.ascontiguousarray(np.asarray(self.bytes, np.float64))
+        lat = np.ascontiguousarray(np.asarray(self.latency_ns, np.int64))
+        ptr = np.ascontiguousarray(np.asarray(self.route_ptr, np.int64))
+        links = np.ascontiguousarray(np.asarray(self.route_links, np.int64))
+        cap = np.ascontiguousarray(np.asarray(self.capacity, np.float64))
+        n = len(node)
+        if not (len(size) == len(lat) == n and len(ptr) == n + 1):
+            raise ValueError(f"{n} flows need {n} bytes, {n} latencies and {n + 1} route pointers")
+        if n and (ptr[0] != 0 or ptr[-1] != len(links) or (np.diff(ptr) < 0).any()):
+            raise ValueError("route_ptr must rise from 0 to len(route_links)")
+        if len(links) and (links.min() < 0 or links.max() >= len(cap)):
+            raise ValueError(f"a route names a link outside 0..{len(cap) - 1}")
+        if not np.isfinite(size).all() or (size < 0).any() or (lat < 0).any():
+            raise ValueError("flow bytes and latencies must be finite and >= 0")
+        if not np.isfinite(cap).all() or (cap <= 0).any():
+            raise ValueError("link capacities must be finite and > 0")
+        if len(np.unique(node)) != n:
+            raise ValueError("a node carries at most one flow")
+        for name, v in (("node", node), ("bytes", size), ("latency_ns", lat), ("route_ptr", ptr),
+                        ("route_links", links), ("capacity", cap)):
+            object.__setattr__(self, name, v)
+
+    @classmethod
+    def none(cls) -> "Flows":
+        z = np.zeros(0, np.int64)
+        return cls(z, np.zeros(0), z, np.zeros(1, np.int64), z, np.zeros(0))
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+
+def max_min_rates(active, n_active, route_ptr, route_links, capacity, rate, rem_cap, n_on, frozen, touched):
+    """Max-min fair rates of the active flows (active[:n_active]), by progressive filling, into rate[f].
+
+    rem_cap, n_on, touched (one slot per link) and frozen (one per flow) are scratch arrays; n_on must be
+    all zero on entry and is left so. A flow that crosses no link gets rate inf. Deterministic: links
+    are visited in the order the active flows first touch them, ties go to the first.
+    """
+    n_touched = 0
+    for i in range(n_active):
+        f = active[i]
+        frozen[f] = False
+        for k in range(route_ptr[f], route_ptr[f + 1]):
+            link = route_links[k]
+            if n_on[link] == 0:
+                touched[n_touched] = link
+                n_touched += 1
+                rem_cap[link] = capacity[link]
+            n_on[link] += 1
+    left = n_active
+    while left > 0:
+        best = np.inf
+        bottleneck = -1
+        for j in range(n_touched):
+            link = touched[j]
+            if n_on[link] > 0:
+                share = rem_cap[link] / n_on[link]
+                if share < best:
+                    best = share
+                    bottleneck = link
+        if bottleneck < 0:  # the flows left cross no link
+            for i in range(n_active):
+                f = active[i]
+                if not frozen[f]:
+                    rate[f] = np.inf
+                    frozen[f] = True
+            break
+        for i in range(n_active):
+            f = active[i]
+            if frozen[f]:
+                continue
+            crosses = False
+            for k in range(route_ptr[f], route_ptr[f + 1]):
+                if route_links[k] == bottleneck:
+                    crosses = True
+                    break
+            if not crosses:
+                continue
+            rate[f] = best
+            frozen[f] = True
+            left -= 1
+            for k in range(route_ptr[f], route_ptr[f + 1]):
+                link = route_links[k]
+                rem_cap[link] = max(rem_cap[link] - best, 0.0)
+                n_on[link] -= 1
+    for j in range(n_touched):  # leave n_on all zero for the next call
+        n_on[touched[j]] = 0
+
+
+def rates(flows: Flows, active) -> np.ndarray:
+    """Max-min fair rate (bytes/ns) of each flow in `active` (indices into flows), in that order."""
+    active = np.asarray(active, np.int64)
+    n_links = len(flows.capacity)
+    rate = np.zeros(len(flows), np.float64)
+    max_min_rates(active, len(active), flows.route_ptr, flows.route_links, flows.capacity, rate,
+                  np.zeros(n_links), np.zeros(n_links, np.int64), np.zeros(len(flows), np.bool_),
+                  np.zeros(n_links, np.int64))
+    return rate[active]
