@@ -18,7 +18,7 @@ from ..store import default_store_dir, writer_lock
 from ..store import manifest as _manifest
 from ..store.manifest import Manifest, SourceEntry
 from ..store.schema import SCHEMA_VERSION
-from .executor import parse_executor
+from .executor import Executor, parse_executor
 from .plan import REPORTED_KINDS, Plan, discover, plan
 from .runner import Read, run
 
@@ -57,13 +57,7 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         raise TracekitError(f"{trace_dir}: not a directory; pass the directory that holds the per-rank traces")
     if rank_from not in RANK_FROM_CHOICES and not rank_from.startswith("regex:"):
         raise TracekitError(f"--rank-from {rank_from!r}: use one of {', '.join(RANK_FROM_CHOICES)} or 'regex:<pattern>'")
-    ex = parse_executor(executor)
-    if jobs is not None and ex.kind == "dask":
-        raise TracekitError(f"--jobs applies to the local executor, not --executor {ex}; the Dask cluster's "
-                            "workers set the parallelism")
-    if jobs is not None and ex.jobs is not None and jobs != ex.jobs:
-        raise TracekitError(f"--jobs {jobs} and --executor {ex} disagree; give one of them")
-    jobs = jobs or ex.jobs
+    ex, jobs = _executor(executor, jobs)
     trace_dir = os.path.abspath(trace_dir)
     store_dir = os.path.abspath(store_dir or default_store_dir(trace_dir))
     report = IngestReport(store_dir=store_dir)
@@ -93,6 +87,16 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         _commit.remove_orphans(store_dir, p.manifest)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _executor(executor: str | None, jobs: int | None) -> tuple[Executor, int | None]:
+    ex = parse_executor(executor)
+    if jobs is not None and ex.kind == "dask":
+        raise TracekitError(f"--jobs applies to the local executor, not --executor {ex}; the Dask cluster's "
+                            "workers set the parallelism")
+    if jobs is not None and ex.jobs is not None and jobs != ex.jobs:
+        raise TracekitError(f"--jobs {jobs} and --executor {ex} disagree; give one of them")
+    return ex, jobs or ex.jobs
 
 
 def _load_compatible(store_dir: str) -> Manifest | None:

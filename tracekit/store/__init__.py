@@ -93,9 +93,13 @@ class Store:
         files = self.files("run_manifest")
         if not files:
             return {}
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return json.loads(pq.read_table(files[0], columns=["doc_json"]).column(0)[0].as_py())
+        try:
+            return json.loads(pq.read_table(files[0], columns=["doc_json"]).column(0)[0].as_py())
+        except (OSError, pa.ArrowException, ValueError, IndexError) as e:
+            raise StoreError(f"{files[0]}: unreadable run manifest ({e}); run `tracekit ingest` again") from None
 
     def connect(self, *, allow_external_access: bool = False):
         """A DuckDB connection with the store's views.
