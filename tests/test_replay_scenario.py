@@ -14,6 +14,7 @@ from replay.failures import Strategy
 from replay.network import MeasuredComm, WhatIfComm, AlphaBetaModel
 from replay.optical import OpticalModel
 from replay.scenario import Scenario, ScenarioError, load_scenario
+from replay.specs import NetworkSpec, ParallelismSpec
 from tracekit.errors import TracekitError
 
 
@@ -43,7 +44,7 @@ def colls():
 def test_simplest_file_works_as_written(tmp_path):
     sc = load_scenario(write(tmp_path, "[network]\nbandwidth_scale = 4.0\n", "faster.toml"))
     assert sc.name == "faster" and sc.seed == 0
-    assert sc.optical is None and sc.failures is None and sc.parallelism is None
+    assert sc.optical is None and sc.failures is None and sc.parallelism == ParallelismSpec()
     df = colls()
     model = sc.comm_model(sc.calibrate(df))
     assert isinstance(model, WhatIfComm) and model.bandwidth_scale == 4.0
@@ -137,13 +138,15 @@ def test_full_file_builds_every_model(tmp_path):
     assert isinstance(sc.failures.strategy, Strategy) and sc.failures.strategy.redundancy_overhead == 0.05
     r = sc.failures.goodput(step_ns=4e9)
     assert r.strategy == "redundant" and r.seed == 7 and r.mc_trials == 50
-    assert sc.parallelism == {"dp": 128, "tp": 8, "pp": 16, "micro_batches": 32}
+    assert sc.parallelism == ParallelismSpec(dp=128, tp=8, pp=16, micro_batches=32)
 
 
 def test_yaml_same_as_toml(tmp_path):
     pytest.importorskip("yaml")
     y = load_scenario(write(tmp_path, "network:\n  bandwidth_scale: 4.0\ncompute:\n  rank_slowdown: {3: 2.0}\n", "s.yaml"))
-    assert y.network == {"bandwidth_scale": 4.0} and y.compute["rank_slowdown"] == {3: 2.0}
+    assert y.network == NetworkSpec(bandwidth_scale=4.0) and y.compute.rank_slowdown == {3: 2.0}
+    t = load_scenario(write(tmp_path, "[network]\nbandwidth_scale = 4.0\n[compute.rank_slowdown]\n3 = 2.0\n", "s.toml"))
+    assert (y.network, y.compute) == (t.network, t.compute)
 
 
 def test_yaml_without_pyyaml_says_what_to_do(tmp_path, monkeypatch):
