@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as _graph
+from . import parallelism, pipeline
 from .network import CalibratedModel, calibrate
 from .optical import OpticalModel
 from .specs import Scenario
@@ -24,6 +25,7 @@ from .specs import Scenario
 
 @dataclass
 class ModelState:
+    """What one step hands the next."""
     dur_ns: np.ndarray  # per node
     lag_ns: np.ndarray  # per edge
     colls: pd.DataFrame  # the collectives the comm model costs (the graph's, resized by the parallelism step)
@@ -51,16 +53,12 @@ def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
     par = sc.parallelism
     if not len(g.colls) or not par.changes_layout:
         return
-    from . import parallelism
-
     lay = parallelism.layout(run) if run is not None else {}
     base = sc.calibrate(g.colls) if sc.network.calibrate != "none" else None
     st.base = base if base is not None else calibrate(g.colls)
     # a degree the run already has (or no layout to compare with: pipeline.step_delta says what is missing)
     new = {"tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches}
     if any(v is not None and (not lay or v != lay.get(k, 1)) for k, v in new.items()):
-        from . import pipeline
-
         st.info["step_delta"], more = pipeline.step_delta(run, g, par, lay, st.base, sc.network.gpus_per_node)
         st.notes += more
     if par.dp is not None:

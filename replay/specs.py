@@ -35,7 +35,7 @@ def schema(cls) -> dict:
     out = {}
     for f in fields(cls):
         if f.metadata.get("check") is None:
-            continue  # not a key of the file (filled in from another section)
+            continue  # not a key of the section (the loader fills it in)
         out[f.metadata["key"] or f.name] = f.metadata["check"]
         out.update(f.metadata["more"])
     return out
