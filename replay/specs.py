@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 
 from . import factory
-from .checks import (ScenarioError, fraction, globs, int_at_least, interval, non_negative, one_of, ordinals, positive, rank_key,
-                     regex, text)
+from .checks import (ScenarioError, fraction, globs, int_at_least, interval, non_negative, one_of, ordinals, positive,
+                     rank_key, regex, text)
 from .compute import KERNEL_CLASSES, Speedup
 from .failures import (DEFAULT_MTBF_GPU_HOURS, DEFAULT_STRATEGY, DEFAULT_TRIALS, STRATEGIES, GoodputResult, Strategy,
                        goodput, make_strategy)
@@ -23,11 +23,11 @@ from .network import ALGORITHMS, FLAT_ALGORITHMS, LINK_CLASSES, CalibratedModel,
 from .optical import DEFAULT_RECONFIG_DELAY_MS, EVERY_GROUP, SCHEDULES, OpticalModel, Phase
 
 
-def key(default=MISSING, check=None, *, factory=MISSING, name: str | None = None, more: dict | None = None):
+def key(default=MISSING, check=None, *, make=MISSING, name: str | None = None, more: dict | None = None):
     """A field that is a file key: its default, its check (a rule of replay/checks.py), the key's name
     when it is not the field's, and keys that follow it in the file (a strategy's parameters)."""
     meta = {"check": check, "key": name, "more": more or {}}
-    return field(default=default, default_factory=factory, metadata=meta)
+    return field(default=default, default_factory=make, metadata=meta)
 
 
 def schema(cls) -> dict:
@@ -70,7 +70,7 @@ class NetworkSpec:
     nccl_tests_group_size: int | None = key(None, int_at_least(1))
     nccl_tests_hosts: int = key(1, int_at_least(1))
     # link class -> LinkOverride as written (unscaled); 'optical' gives the circuits' defaults
-    links: dict = key(check={c: LINK_KEYS for c in LINK_CLASSES}, factory=dict)
+    links: dict = key(check={c: LINK_KEYS for c in LINK_CLASSES}, make=dict)
 
     @property
     def changes_network(self) -> bool:
@@ -88,7 +88,7 @@ class ComputeSpec:
     """[compute]: kernel speedups, per-rank slowdowns, CPU speed. The defaults keep measured durations."""
     cpu_scale: float = key(1.0, positive)
     speedup: tuple[Speedup, ...] = key((), ("array", SPEEDUP_KEYS))  # the first rule that matches applies
-    rank_slowdown: dict[int, float] = key(check=("map", rank_key, positive), factory=dict)
+    rank_slowdown: dict[int, float] = key(check=("map", rank_key, positive), make=dict)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class FailuresSpec:
     """[failures]: a failure process and a recovery strategy over the whole job (replay/failures.py)."""
     mtbf_gpu_hours: float = key(DEFAULT_MTBF_GPU_HOURS, positive)
     n_gpus: int | None = key(None, int_at_least(1))  # None: the run's (x dp'/dp under [parallelism] dp)
-    strategy: Strategy = key(check=one_of(*STRATEGIES), factory=lambda: make_strategy(DEFAULT_STRATEGY),
+    strategy: Strategy = key(check=one_of(*STRATEGIES), make=lambda: make_strategy(DEFAULT_STRATEGY),
                              more=STRATEGY_PARAMETERS)
     target_steps: int | None = key(None, int_at_least(1))  # None: the top-level steps (the loader resolves it)
     trials: int = key(DEFAULT_TRIALS, int_at_least(2))
@@ -155,11 +155,11 @@ class Scenario:
     description: str = key("", text)
     seed: int = key(0, int_at_least(0))
     steps: int | None = key(None, int_at_least(1))  # target steps for [failures]
-    network: NetworkSpec = key(check=schema(NetworkSpec), factory=NetworkSpec)
-    compute: ComputeSpec = key(check=schema(ComputeSpec), factory=ComputeSpec)
+    network: NetworkSpec = key(check=schema(NetworkSpec), make=NetworkSpec)
+    compute: ComputeSpec = key(check=schema(ComputeSpec), make=ComputeSpec)
     optical: OpticalSpec | None = key(None, schema(OpticalSpec))
     failures: FailuresSpec | None = key(None, schema(FailuresSpec))
-    parallelism: ParallelismSpec = key(check=schema(ParallelismSpec), factory=ParallelismSpec)
+    parallelism: ParallelismSpec = key(check=schema(ParallelismSpec), make=ParallelismSpec)
     source: str | None = None  # the file read, for messages
 
     @classmethod
