@@ -16,7 +16,7 @@ from replay.compute import ComputeModel, Speedup
 from replay.failures import Strategy
 from replay.network import AlphaBetaModel, LinkOverride, MeasuredComm, WhatIfComm
 from replay.optical import OpticalModel, Phase
-from replay.scenario import Scenario, ScenarioError, load_scenario
+from replay.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
 from replay.specs import SCHEMA, ComputeSpec, FailuresSpec, NetworkSpec, OpticalSpec, ParallelismSpec
 from tracekit.errors import TracekitError
 
@@ -67,6 +67,16 @@ def test_identity_changes_nothing():
                           "stream": pd.array([None, 7], dtype="Int64"), "gpu_kind": [None, "kernel"],
                           "kernel_class": [None, "compute"], "dur_ns": [123, 456]})
     assert sc.compute_model().node_durations(nodes).tolist() == [123, 456]
+
+
+def test_empty_sections_are_the_default_specs():
+    sc = scenario_from_dict({"network": {}, "compute": {}, "parallelism": {}}, "s.toml")
+    assert (sc.network, sc.compute, sc.parallelism) == (NetworkSpec(), ComputeSpec(), ParallelismSpec())
+    assert sc == Scenario(name="s", source="s.toml")
+    assert not sc.needs_calibration and not sc.network.changes_network and not sc.parallelism.changes_layout
+    # [optical] and [failures] say something by being there: a switch that never reconfigures, goodput figures
+    both = scenario_from_dict({"optical": {}, "failures": {}}, "s.toml")
+    assert both.optical == OpticalSpec() and both.failures == FailuresSpec()
 
 
 FULL = """
