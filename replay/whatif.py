@@ -140,7 +140,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         pred = _job_step(s, "predicted_step_ns")
         st, ts, end = _step_windows(res, measured=False)
         exp = _job_exposed(exposed_comm(g, res.start_ns, res.end_ns, st, ts, end))
-        dp = (sc.parallelism or {}).get("dp")
+        dp = sc.parallelism.dp
         scale = dp / par["dp"] if dp and par.get("dp") else 1.0
         row = {"scenario": sc.name, "measured_step_ns": measured, "predicted_step_ns": pred,
                "change_pct": 100.0 * (pred - measured) / measured if measured else None,
