@@ -12,6 +12,7 @@ import tracekit
 from replay import graph as G
 from replay.engine import Engine
 from replay.replayer import apply_models, replay as replay_fn
+from replay.scenario import Scenario
 from tracekit.cli import cli
 
 from .conftest import REPO, shared_trace_dir
@@ -159,14 +160,15 @@ def test_faster_transfers_shorten_the_gloo_steps(ddp3):
     g = G.build(ddp3)
     base = replay_fn(ddp3, graph=g)
 
-    class Half:  # a communication model that halves every transfer
-        name, seed = "half", 0
-
-        def comm_model(self, colls):
-            return self
+    class HalfComm:  # a communication model that halves every transfer
+        notes = []
 
         def transfer_ns(self, colls, rng):
             return colls.measured_transfer_ns.to_numpy() // 2
+
+    class Half(Scenario):  # a scenario with that model
+        def comm_model(self, calibrated_base=None, **kw):
+            return HalfComm()
 
     fast = replay_fn(ddp3, Half(), graph=g)
     b, f = base.summary(), fast.summary()

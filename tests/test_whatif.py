@@ -142,14 +142,13 @@ def test_calibrated_network_model_reproduces_the_baseline(runs, name):
     times): the mean step per rank within 2%. (The model gives each transfer's expected cost, not its
     noise, so single steps move by a few % either way; the median of 5 can too.)"""
     from replay.network import WhatIfComm, calibrate
+    from replay.scenario import Scenario
 
-    class Calibrated:
-        name, seed, parallelism = "calibrated", 0, None
-
-        def comm_model(self, colls):
+    class Calibrated(Scenario):
+        def comm_model(self, colls, **kw):
             return WhatIfComm(calibrate(colls), mode="absolute")
 
-    r = replay.run(runs[name], Calibrated())
+    r = replay.run(runs[name], Calibrated(name="calibrated"))
     s = r.steps[~r.steps.is_last]
     m = s.groupby("rank")[["measured_step_ns", "predicted_step_ns"]].mean()
     err = (m.predicted_step_ns - m.measured_step_ns).abs() / m.measured_step_ns * 100

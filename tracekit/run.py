@@ -75,6 +75,12 @@ class Run:
     def ranks(self) -> list[int]:
         return self.store.ranks
 
+    def run_manifest(self) -> dict:
+        """The run's run.json (job shape, per-rank hosts, parallel layout, measured step times) as ingested
+        into the store; {} when the trace directory had none. Read from the store, never the trace
+        directory, so a store moved away from its traces still has it."""
+        return self.store.run_manifest()
+
     def analyze(self, name: str, **params):
         """Run analysis NAME (see `tracekit analyze --list`) on this run; returns a DataFrame."""
         from analyses.registry import run_analysis

@@ -6,15 +6,11 @@ analyses built on it live in analyses/comms.py, the CLI in tracekit/cli/comms.py
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from ..store.sql import statements
+
 _SQL = Path(__file__).with_name("collectives.sql")
-
-
-def _statements(text: str) -> list[str]:
-    body = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
-    return [s.strip() for s in re.split(r";\s*\n", body + "\n") if s.strip()]
 
 
 def _installed(run) -> bool:
@@ -36,5 +32,5 @@ def prepare(run, offsets: dict[int, int] | None = None) -> None:
         run.sql(f"INSERT INTO _comm_clock_offsets VALUES {values}",
                 [v for r, o in sorted(offsets.items()) for v in (int(r), int(o))])
     if not _installed(run):
-        for stmt in _statements(_SQL.read_text(encoding="utf-8")):
+        for stmt in statements(_SQL.read_text(encoding="utf-8")):
             run.sql(stmt)
