@@ -11,6 +11,11 @@ ends is released before anything new starts). A node starts once every dependenc
 at the latest release time plus that dependency's lag. Dependencies are released at their source's
 start (`from_end` false) or end.
 
+Work served by a pool (a backend's worker threads: gloo runs collectives on whichever of its threads is
+free) names the pool: a pool node that becomes ready starts at once when one of the pool's servers is
+free, else it waits in the pool's FIFO queue and starts when a server finishes (servers freed at a time
+serve the work that became ready at that time).
+
 Transfers that share links are flows (replay/sharing.py): a flow node starts like any node, waits its
 latency (an ACTIVATE event), then moves its bytes at the max-min fair rate its links give it; the rates of
 all moving flows are recomputed at every activation and every end, and the earliest predicted end is a
@@ -41,10 +46,14 @@ _max_min = _njit(cache=True, nogil=True)(max_min_rates) if _njit is not None els
 
 
 def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0, until,
-              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap):
+              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap, pool_of, pool_servers, q_ptr):
     """Run the event loop. Returns (start, end) per node; -1 for nodes that never started (or started
     after `until` when until >= 0) and whose end lies past it. flow_of[node]: the node's flow (-1: none);
-    f_*: the flows (replay/sharing.Flows)."""
+    f_*: the flows (replay/sharing.Flows); pool_of[node]: the node's pool (-1: none), pool_servers[p] its
+    servers, q_ptr[p]:q_ptr[p+1] the slots of its queue (one per member node).
+
+    Event codes: node (START; for a pool node: ready, served when a server is free), node + n (a flow's
+    ACTIVATE), node + 2n (START of a pool node that holds a server), -(version + 1) (a flow CHECK)."""
     start = np.full(n, -1, np.int64)
     end = np.full(n, -1, np.int64)
     ready = np.full(n, np.iinfo(np.int64).min, np.int64)
@@ -66,11 +75,16 @@ def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0
     n_active = 0
     t_rates = np.int64(t0)
     version = 0
+    # pools: free servers, and each queue as a FIFO over its slots
+    free = pool_servers.copy()
+    queue = np.zeros(max(q_ptr[-1], 1), np.int64)
+    q_head = q_ptr[:-1].copy()
+    q_tail = q_ptr[:-1].copy()
     while len(heap) > 0:
         t, prio, _s, code = heapq.heappop(heap)
         if until >= 0 and t > until:
             break
-        if code < 0 or code >= n:  # a flow event: CHECK (code < 0) or ACTIVATE (code = node + n)
+        if code < 0 or (n <= code < 2 * n):  # a flow event: CHECK (code < 0) or ACTIVATE (code = node + n)
             if code < 0 and -code - 1 != version:
                 continue  # the rates changed since this end was predicted
             dt = t - t_rates
@@ -114,6 +128,15 @@ def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0
                 seq += 1
             continue
         node = code
+        if prio == START and node >= 2 * n:  # a pool node that got its server
+            node -= 2 * n
+        elif prio == START and pool_of[node] >= 0:  # a pool node is ready: served now, or queued
+            p = pool_of[node]
+            if free[p] == 0:
+                queue[q_tail[p]] = node
+                q_tail[p] += 1
+                continue
+            free[p] -= 1
         if prio == START:
             start[node] = t
             point = 0
@@ -126,6 +149,14 @@ def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0
         else:
             end[node] = t
             point = 1
+            p = pool_of[node]
+            if p >= 0:  # its server takes the oldest waiting work of the pool, or becomes free
+                if q_head[p] < q_tail[p]:
+                    heapq.heappush(heap, (t, np.int64(START), np.int64(seq), queue[q_head[p]] + 2 * n))
+                    seq += 1
+                    q_head[p] += 1
+                else:
+                    free[p] += 1
         for k in range(out_ptr[node], out_ptr[node + 1]):
             if out_from_end[k] != point:
                 continue
@@ -191,9 +222,11 @@ class Engine:
         self.source, self.t0 = int(source), int(t0_ns)
         self.compiled = compiled
 
-    def run(self, dur_ns, lag_ns=None, *, until: int = -1, flows: Flows | None = None) -> Schedule:
+    def run(self, dur_ns, lag_ns=None, *, until: int = -1, flows: Flows | None = None,
+            pools: tuple | None = None) -> Schedule:
         """Replay with these node durations (and edge lags, default: the constructor's). flows: transfers
-        timed by link sharing (replay/sharing.Flows); their nodes' durations are not used."""
+        timed by link sharing (replay/sharing.Flows); their nodes' durations are not used. pools:
+        (pool_of per node, -1 for none; servers per pool): work served by a pool of servers in FIFO order."""
         dur = np.ascontiguousarray(np.asarray(dur_ns, np.int64))
         if len(dur) != self.n:
             raise ValueError(f"{len(dur)} durations for {self.n} nodes")
@@ -208,11 +241,30 @@ class Engine:
             if fl.node.min() < 0 or fl.node.max() >= self.n:
                 raise ValueError(f"a flow names a node outside 0..{self.n - 1}")
             flow_of[fl.node] = np.arange(len(fl), dtype=np.int64)
+        pool_of, servers, q_ptr = _pools(self.n, pools)
         start, end = _core(self.compiled)(self.n, dur, self._ptr, self._dst, lag, self._from_end, self._indeg,
                                           np.int64(self.source), np.int64(self.t0), np.int64(until), flow_of,
                                           fl.node, fl.bytes, fl.latency_ns, fl.route_ptr, fl.route_links,
-                                          fl.capacity)
+                                          fl.capacity, pool_of, servers, q_ptr)
         reached = int((start >= 0).sum())
         if until < 0 and reached != self.n:
             raise ValueError(f"{self.n - reached} node(s) never became ready: the graph has a cycle")
         return Schedule(start, end, reached + int((end >= 0).sum()))
+
+
+def _pools(n: int, pools):
+    """(pool_of, servers, queue pointers) for the loop from (pool_of per node, servers per pool)."""
+    if pools is None:
+        return np.full(n, -1, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64)
+    pool_of = np.ascontiguousarray(np.asarray(pools[0], np.int64))
+    servers = np.ascontiguousarray(np.asarray(pools[1], np.int64))
+    if len(pool_of) != n:
+        raise ValueError(f"{len(pool_of)} pool entries for {n} nodes")
+    if len(pool_of) and pool_of.max() >= len(servers) or (pool_of < -1).any():
+        raise ValueError(f"a node names a pool outside 0..{len(servers) - 1}")
+    if (servers < 1).any():
+        raise ValueError("every pool needs at least one server")
+    members = np.bincount(pool_of[pool_of >= 0], minlength=len(servers))
+    q_ptr = np.zeros(len(servers) + 1, np.int64)
+    np.cumsum(members, out=q_ptr[1:])
+    return pool_of, servers, q_ptr
