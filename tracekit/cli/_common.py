@@ -5,7 +5,6 @@ import functools
 import io
 import json
 import math
-import sys
 
 import click
 
@@ -103,6 +102,3 @@ def _is_num(s: str) -> bool:
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
 
-
-def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()

@@ -126,10 +126,3 @@ def _ranges(ranks: list[int]) -> str:
         out.append(f"{start}-{prev}" if prev != start else str(start))
     return ", ".join(out) or "none"
 
-
-def _devices(info: dict) -> str:
-    if info["devices"]:
-        return ", ".join(info["devices"])
-    if int(info["per_rank"]["gpu_ops"].sum()):
-        return "unknown (the traces have GPU activity but no deviceProperties)"
-    return "none (no GPU activity in the traces)"
