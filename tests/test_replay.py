@@ -207,6 +207,7 @@ def test_cli_replay_bad_options_fail_cleanly(tmp_path, args, message):
     assert message in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.slow  # writes, re-ingests and gates a replayed store
 def test_cli_replay_out_writes_a_store_and_a_chrome_trace(tmp_path):
     import gzip
 

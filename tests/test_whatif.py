@@ -30,6 +30,7 @@ def _job_step(result, col="predicted_step_ns"):
     return result.summary()[col].max()
 
 
+@pytest.mark.slow  # replays recorded runs under what-ifs
 @pytest.mark.parametrize("src, doc, dst, target_pct", [
     ("ddp2_2hosts_100mbit", {"network": {"bandwidth_scale": 4.0}}, "ddp2_2hosts_400mbit", 5.0),
     ("ddp2_2hosts_400mbit", {"network": {"bandwidth_scale": 0.25}}, "ddp2_2hosts_100mbit", 5.0),
