@@ -197,3 +197,24 @@ def test_load_config_defaults_without_table(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     cfg = load_config(cwd=str(tmp_path))
     assert cfg.source == "defaults" and str(cfg.threshold("busbw_gbps:all_reduce")) == "10%"
+
+
+def test_markdown_and_junit_in_human_units_json_raw():
+    from tracekit.gate import GateResult, MetricResult
+    from tracekit.gate import render
+
+    def metric(name, unit, b, c, threshold):
+        return MetricResult(metric=name, unit=unit, better="lower", status="pass", baseline_median=b,
+                            candidate_median=c, change_pct=None, threshold=threshold, n_baseline=6, n_candidate=6,
+                            p_value=None, effect_size=float("nan"), note="")
+
+    result = GateResult([metric("step_time_ns", "ns", 89478383.0, 95000000.0, "1e+07"),
+                         metric("busbw_gbps:all_reduce", "GB/s", 12.3, 0.0519, "10%"),
+                         metric("peak_memory_bytes", "bytes", float(3 << 30), None, "5%")],
+                        "regression", 0.05, "defaults")
+    md = render.markdown(result, "base/", "cand/")
+    assert "| `step_time_ns` | 89.5 ms | 95 ms | " in md and "| 10 ms |" in md
+    assert "| 12.3 GB/s | 51.9 MB/s |" in md and "| 3.0 GiB |  |" in md
+    assert "baseline median 89.5 ms, candidate 95 ms, threshold 10 ms" in render.junit(result)
+    doc = json.loads(render.to_json(result))
+    assert doc["metrics"][0]["baseline_median"] == 89478383.0 and doc["metrics"][0]["effect_size"] is None
