@@ -103,6 +103,7 @@ def test_record_command_not_found_and_existing_capture(tmp_path):
     assert "already holds a capture" in r.output and "--force" in r.output
 
 
+@pytest.mark.slow  # a real torch.distributed job
 def test_record_keeps_traces_of_a_job_that_fails_after_profiling(tmp_path):
     _torch()
     script = tmp_path / "train.py"
@@ -126,6 +127,7 @@ def test_record_keeps_traces_of_a_job_that_fails_after_profiling(tmp_path):
 
 
 # ---- a real 2-rank gloo job ------------------------------------------------------------------------
+@pytest.mark.slow  # a real torch.distributed job
 def test_two_rank_gloo_capture_ingests_with_manifest_and_flight_recorder(tmp_path):
     _torch()
     import tracekit

@@ -192,7 +192,7 @@ def test_cli_replay_json_is_stable(tmp_path):
     res = CliRunner().invoke(cli, ["replay", str(REPO / "sample_traces" / "ddp3_slow_rank1"),
                                    "--store", str(tmp_path / "st"), "--format", "json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # notes go to stderr
     assert {"rank", "measured_step_ns", "predicted_step_ns"} <= set(doc["ranks"][0])
     assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
     assert isinstance(doc["error_pct"], float) and abs(doc["error_pct"]) <= 2.0
@@ -209,6 +209,7 @@ def test_cli_replay_bad_options_fail_cleanly(tmp_path, args, message):
     assert message in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.slow  # writes, re-ingests and gates a replayed store
 def test_cli_replay_out_writes_a_store_and_a_chrome_trace(tmp_path):
     import gzip
 

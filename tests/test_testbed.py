@@ -11,7 +11,7 @@ from tracekit import testbed
 from tracekit.testbed import Testbed, TestbedError, list_namespaces
 
 _why = testbed.unavailable_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why is not None, reason=_why or "")]  # slow: network namespaces joined by shaped links
 
 
 def _prefix(tag: str) -> str:

@@ -30,6 +30,7 @@ def _job_step(result, col="predicted_step_ns"):
     return result.summary()[col].max()
 
 
+@pytest.mark.slow  # replays recorded runs under what-ifs
 @pytest.mark.parametrize("src, doc, dst, target_pct", [
     ("ddp2_2hosts_100mbit", {"network": {"bandwidth_scale": 4.0}}, "ddp2_2hosts_400mbit", 5.0),
     ("ddp2_2hosts_400mbit", {"network": {"bandwidth_scale": 0.25}}, "ddp2_2hosts_100mbit", 5.0),
@@ -95,7 +96,7 @@ def test_cli_whatif_simplest_file_as_written(tmp_path):
     res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "ddp2_2hosts_100mbit"), str(s), "--store",
                                    str(tmp_path / "st"), "--format", "json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # notes go to stderr
     assert len(doc) == 1 and doc[0]["scenario"] == "s"
     assert {"scenario", "measured_step_ns", "predicted_step_ns", "change_pct"} <= set(doc[0])
     assert doc[0]["change_pct"] < -50
