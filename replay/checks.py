@@ -113,6 +113,22 @@ def rank_key(k):
     return r
 
 
+def rank_groups(v):
+    """[[0, 1], [2, 3]]: ranks grouped by host, each rank once."""
+    if (not isinstance(v, list) or not v or not all(
+            isinstance(g, list) and g and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in g)
+            for g in v)):
+        raise Bad("must be a non-empty list of non-empty lists of ranks (integers >= 0), one list per host, "
+                  "e.g. [[0, 1], [2, 3]]")
+    seen: set[int] = set()
+    for g in v:
+        for r in g:
+            if r in seen:
+                raise Bad(f"names rank {r} twice; each rank runs on one host")
+            seen.add(r)
+    return tuple(tuple(g) for g in v)
+
+
 # ---------------------------------------------------------------------------------------------------
 # The walk
 

@@ -1,6 +1,7 @@
 """Applying a scenario to a graph: node durations and edge lags under its models, as an explicit
 list of steps run in order.
 
+    topology     a [topology] recounts each collective's hosts (which link class it crosses)
     compute      the compute model re-times every non-communication node and the CPU gaps on threads
     parallelism  a new data-parallel degree resizes the gradient collectives; tensor / pipeline splits
                  re-schedule each step's forward and backward (a per-rank step change)
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as _graph
-from . import parallelism, pipeline
+from . import parallelism, pipeline, topology
 from .network import CalibratedModel, calibrate
 from .optical import OpticalModel
 from .specs import Scenario
@@ -49,20 +50,27 @@ def compute_step(g, sc: Scenario, run, st: ModelState) -> None:
     st.lag_ns[sel] = np.rint(st.lag_ns[sel] * f[sel]).astype(np.int64)
 
 
+def topology_step(g, sc: Scenario, run, st: ModelState) -> None:
+    if not sc.topology.given or not len(g.colls):
+        return
+    st.colls, more = topology.apply(st.colls, sc.topology, g.ranks, sc.where)
+    st.notes += more
+
+
 def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
     par = sc.parallelism
     if not len(g.colls) or not par.changes_layout:
         return
     lay = parallelism.layout(run) if run is not None else {}
-    base = sc.calibrate(g.colls) if sc.network.calibrate != "none" else None
-    st.base = base if base is not None else calibrate(g.colls)
+    base = sc.calibrate(st.colls) if sc.network.calibrate != "none" else None
+    st.base = base if base is not None else calibrate(st.colls)
     # a degree the run already has (or no layout to compare with: pipeline.step_delta says what is missing)
     new = {"tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches}
     if any(v is not None and (not lay or v != lay.get(k, 1)) for k, v in new.items()):
         st.info["step_delta"], more = pipeline.step_delta(run, g, par, lay, st.base, sc.network.gpus_per_node)
         st.notes += more
     if par.dp is not None:
-        st.colls, more = parallelism.apply_dp(g, par.dp, lay, st.base)
+        st.colls, more = parallelism.apply_dp(st.colls, par.dp, lay, st.base)
         st.notes += more
 
 
@@ -79,9 +87,14 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
     st.info["comm"] = comm
     if isinstance(comm, OpticalModel):
         st.info["reconfigurations"] = int(comm.reconfigurations)
+        hosts = st.colls["n_hosts"].to_numpy(dtype="float64", na_value=np.nan)
+        if not comm.reconfigurations and not (hosts > 1).any():
+            st.notes.append(f"{sc.where}: [optical] changes nothing: every collective runs inside one host as the "
+                            "run's hosts say (run.json, else the traces' host names); if the ranks ran on "
+                            "several hosts, say which with [topology] ranks_per_host or hosts")
 
 
-MODEL_STEPS = (compute_step, parallelism_step, comm_step)
+MODEL_STEPS = (topology_step, compute_step, parallelism_step, comm_step)
 
 
 def apply_models(g, scenario: Scenario | None, run=None):

@@ -38,9 +38,10 @@ def layout(run) -> dict:
             "layers": par.get("layers")}
 
 
-def apply_dp(g, new_dp: int, lay: dict, calibrated) -> tuple[pd.DataFrame, list[str]]:
-    """The graph's collectives with the data-parallel group resized to new_dp, transfers re-costed."""
-    colls = g.colls.copy()
+def apply_dp(colls: pd.DataFrame, new_dp: int, lay: dict, calibrated) -> tuple[pd.DataFrame, list[str]]:
+    """The collectives (the graph's, or as a [topology] recounted them) with the data-parallel group
+    resized to new_dp, transfers re-costed."""
+    colls = colls.copy()
     if not lay:
         raise TracekitError("[parallelism] dp: the run's data-parallel degree is unknown: it needs run.json with a "
                             "'parallel' block (written by `tracekit record` / `demo-train`) next to the traces")

@@ -29,7 +29,7 @@ from .failures import DEFAULT_STRATEGY, make_strategy, strategy_parameters
 from .network import LinkOverride
 from .optical import Phase
 from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, NetworkSpec, OpticalSpec, ParallelismSpec,
-                    Scenario)
+                    Scenario, TopologySpec)
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict"]
 
@@ -84,7 +84,8 @@ def scenario_from_dict(doc: dict, source: str = "<scenario>") -> Scenario:
     if "name" not in top:
         top["name"] = os.path.splitext(os.path.basename(source))[0] if source and not source.startswith("<") else "scenario"
     sc = Scenario(**top, network=net, compute=compute, optical=optical,
-                  parallelism=ParallelismSpec(**d.get("parallelism", {})), source=source)
+                  parallelism=ParallelismSpec(**d.get("parallelism", {})),
+                  topology=_topology(d.get("topology", {}), fail), source=source)
     return replace(sc, failures=_failures(d["failures"], sc, fail)) if "failures" in d else sc
 
 
@@ -98,6 +99,12 @@ def _network(n: dict, fail) -> NetworkSpec:
              "record its rank count)")
     links = {c: LinkOverride(**v) for c, v in n.get("links", {}).items()}
     return NetworkSpec(**{**n, "links": links})
+
+
+def _topology(t: dict, fail) -> TopologySpec:
+    if "ranks_per_host" in t and "hosts" in t:
+        fail(("topology", "hosts"), "give ranks_per_host or hosts, not both")
+    return TopologySpec(**t)
 
 
 def _compute(c: dict, fail) -> ComputeSpec:

@@ -15,7 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from . import factory
 from .checks import (ScenarioError, fraction, globs, int_at_least, interval, non_negative, one_of, ordinals, positive,
-                     rank_key, regex, text)
+                     rank_groups, rank_key, regex, text)
 from .compute import KERNEL_CLASSES, Speedup
 from .failures import (DEFAULT_MTBF_GPU_HOURS, DEFAULT_STRATEGY, DEFAULT_TRIALS, STRATEGIES, GoodputResult, Strategy,
                        goodput, make_strategy)
@@ -149,6 +149,18 @@ class ParallelismSpec:
 
 
 @dataclass(frozen=True)
+class TopologySpec:
+    """[topology]: which ranks share a host, in place of what the run says (run.json's hosts, else the
+    traces' host names); replay/topology.py applies it. One of the two keys, or neither (the run's)."""
+    ranks_per_host: int | None = key(None, int_at_least(1))  # ranks 0..N-1 on host 0, N..2N-1 on host 1, ...
+    hosts: tuple[tuple[int, ...], ...] | None = key(None, rank_groups)  # the ranks of each host
+
+    @property
+    def given(self) -> bool:
+        return self.ranks_per_host is not None or self.hosts is not None
+
+
+@dataclass(frozen=True)
 class Scenario:
     """What a replay changes. Scenario() (= Scenario.identity()) changes nothing."""
     name: str = key("identity", text)  # a file's default is its stem (the loader)
@@ -160,6 +172,7 @@ class Scenario:
     optical: OpticalSpec | None = key(None, schema(OpticalSpec))
     failures: FailuresSpec | None = key(None, schema(FailuresSpec))
     parallelism: ParallelismSpec = key(check=schema(ParallelismSpec), make=ParallelismSpec)
+    topology: TopologySpec = key(check=schema(TopologySpec), make=TopologySpec)
     source: str | None = None  # the file read, for messages
 
     @classmethod
