@@ -113,6 +113,14 @@ def rank_key(k):
     return r
 
 
+def rank_list(v):
+    """[1] or [0, 2]: ranks, each once."""
+    if (not isinstance(v, list) or not v
+            or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in v) or len(set(v)) != len(v)):
+        raise Bad("must be a non-empty list of distinct ranks (integers >= 0), e.g. [1]")
+    return tuple(v)
+
+
 def rank_groups(v):
     """[[0, 1], [2, 3]]: ranks grouped by host, each rank once."""
     if (not isinstance(v, list) or not v or not all(

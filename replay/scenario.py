@@ -28,8 +28,8 @@ from .compute import Speedup
 from .failures import DEFAULT_STRATEGY, make_strategy, strategy_parameters
 from .network import LinkOverride
 from .optical import Phase
-from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, NetworkSpec, OpticalSpec, ParallelismSpec,
-                    Scenario, TopologySpec)
+from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, HostOverride, NetworkSpec, OpticalSpec,
+                    ParallelismSpec, Scenario, TopologySpec)
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict"]
 
@@ -98,7 +98,13 @@ def _network(n: dict, fail) -> NetworkSpec:
         fail(("network", "nccl_tests_group_size"), "required with calibrate = 'nccl_tests' (nccl-tests does not "
              "record its rank count)")
     links = {c: LinkOverride(**v) for c, v in n.get("links", {}).items()}
-    return NetworkSpec(**{**n, "links": links})
+    hosts = n.get("hosts", [])
+    for i, h in enumerate(hosts, 1):
+        if "ranks" not in h:
+            fail(("network", f"hosts #{i}", "ranks"), "missing; a host is named by the ranks it holds, e.g. ranks = [1]")
+    if hosts and n.get("model", "alpha_beta") != "links":
+        fail(("network", "hosts #1", "ranks"), "per-host links need the shared-link model: add [network] model = 'links'")
+    return NetworkSpec(**{**n, "links": links, "hosts": tuple(HostOverride(**h) for h in hosts)})
 
 
 def _topology(t: dict, fail) -> TopologySpec:

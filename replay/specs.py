@@ -15,7 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from . import factory
 from .checks import (ScenarioError, fraction, globs, int_at_least, interval, non_negative, one_of, ordinals, positive,
-                     rank_groups, rank_key, regex, text)
+                     rank_groups, rank_key, rank_list, regex, text)
 from .compute import KERNEL_CLASSES, Speedup
 from .failures import (DEFAULT_MTBF_GPU_HOURS, DEFAULT_STRATEGY, DEFAULT_TRIALS, STRATEGIES, GoodputResult, Strategy,
                        goodput, make_strategy)
@@ -42,6 +42,7 @@ def schema(cls) -> dict:
 
 
 LINK_KEYS = {"bandwidth_gbps": positive, "latency_us": non_negative}  # [network.links.<class>] -> LinkOverride
+HOST_KEYS = {"ranks": rank_list, "bandwidth_scale": positive}  # [[network.hosts]] -> HostOverride
 SPEEDUP_KEYS = {"kernel_class": one_of(*KERNEL_CLASSES), "name": regex, "factor": positive}  # -> Speedup
 PHASE_KEYS = {"match": globs, "circuits": globs, "ordinals": ordinals, "name": text}  # -> Phase
 # a strategy's parameters; the defaults are the strategy's own (replay/failures.py constructors)
@@ -59,6 +60,13 @@ STRATEGY_PARAMETERS = {
 
 
 @dataclass(frozen=True)
+class HostOverride:
+    """[[network.hosts]]: the NIC of the host(s) holding these ranks, both directions, relative to today."""
+    ranks: tuple[int, ...]
+    bandwidth_scale: float = 1.0
+
+
+@dataclass(frozen=True)
 class NetworkSpec:
     """[network]: how collectives are re-costed. The defaults keep the measured transfers."""
     bandwidth_scale: float = key(1.0, positive)
@@ -71,11 +79,15 @@ class NetworkSpec:
     nccl_tests_hosts: int = key(1, int_at_least(1))
     # link class -> LinkOverride as written (unscaled); 'optical' gives the circuits' defaults
     links: dict = key(check={c: LINK_KEYS for c in LINK_CLASSES}, make=dict)
+    # alpha_beta: each collective costed alone (replay/network.py); links: collectives as flows that share
+    # the links of the run's hosts (replay/links.py)
+    model: str = key("alpha_beta", one_of("alpha_beta", "links"))
+    hosts: tuple[HostOverride, ...] = key((), ("array", HOST_KEYS))  # per-host NICs (the links model)
 
     @property
     def changes_network(self) -> bool:
         return (self.bandwidth_scale != 1.0 or self.latency_scale != 1.0 or bool(self.packet_links)
-                or self.algorithm not in (None, "measured"))
+                or self.algorithm not in (None, "measured") or any(h.bandwidth_scale != 1.0 for h in self.hosts))
 
     @property
     def packet_links(self) -> dict[str, LinkOverride]:

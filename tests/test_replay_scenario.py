@@ -17,7 +17,8 @@ from replay.failures import Strategy
 from replay.network import AlphaBetaModel, LinkOverride, MeasuredComm, WhatIfComm
 from replay.optical import OpticalModel, Phase
 from replay.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
-from replay.specs import SCHEMA, ComputeSpec, FailuresSpec, NetworkSpec, OpticalSpec, ParallelismSpec
+from replay.specs import (SCHEMA, ComputeSpec, FailuresSpec, HostOverride, NetworkSpec, OpticalSpec, ParallelismSpec,
+                          TopologySpec)
 from tracekit.errors import TracekitError
 
 from .conftest import REPO
@@ -323,7 +324,8 @@ def _literal(cell):
 
 SECTION_SPECS = {"top": Scenario, "[network]": NetworkSpec, "[network.links.<class>]": LinkOverride,
                  "[compute]": ComputeSpec, "[[compute.speedup]]": Speedup, "[optical]": OpticalSpec,
-                 "[[optical.phase]]": Phase, "[failures]": FailuresSpec, "[parallelism]": ParallelismSpec}
+                 "[[optical.phase]]": Phase, "[failures]": FailuresSpec, "[parallelism]": ParallelismSpec,
+                 "[[network.hosts]]": HostOverride, "[topology]": TopologySpec}
 
 
 def _spec_default(section, key):
