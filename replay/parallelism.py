@@ -17,6 +17,8 @@ What each transform needs, and what it changes:
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -26,16 +28,34 @@ _DP_DESCS = ("dp", "data_parallel", "data-parallel", "ddp", "default_pg", "world
 
 
 def layout(run) -> dict:
-    """The run's parallel layout from run.json (as ingested into the store): {dp, tp, pp, micro_batches,
-    global_batch_size, model_bytes, activation_bytes, layers}; {} when the run has no run manifest with a
-    `parallel` block."""
+    """The run's parallel layout: {dp, tp, pp, micro_batches, global_batch_size, model_bytes,
+    activation_bytes, layers, source}. From run.json's `parallel` block (as ingested into the store),
+    else from the traces' distributedInfo when it shows a plain data-parallel job (one world size, and
+    every process group the whole world): dp = world size, tp = pp = 1. {} when neither tells."""
     par = run.run_manifest().get("parallel") or {}
-    if not par.get("dp"):
+    if par.get("dp"):
+        return {"dp": int(par["dp"]), "tp": int(par.get("tp", 1)), "pp": int(par.get("pp", 1)),
+                "micro_batches": int(par.get("micro_batches", 1)), "global_batch_size": par.get("global_batch_size"),
+                "model_bytes": par.get("model_bytes"), "activation_bytes": par.get("activation_bytes"),
+                "layers": par.get("layers"), "source": "run.json"}
+    return _from_distributed_info(run)
+
+
+def _from_distributed_info(run) -> dict:
+    rows = run.sql("SELECT world_size, distributed_info_json FROM ranks")
+    sizes = {int(w) for w in rows.world_size.dropna()}
+    if len(sizes) != 1:
         return {}
-    return {"dp": int(par["dp"]), "tp": int(par.get("tp", 1)), "pp": int(par.get("pp", 1)),
-            "micro_batches": int(par.get("micro_batches", 1)), "global_batch_size": par.get("global_batch_size"),
-            "model_bytes": par.get("model_bytes"), "activation_bytes": par.get("activation_bytes"),
-            "layers": par.get("layers")}
+    world = sizes.pop()
+    for doc in rows.distributed_info_json.dropna():
+        try:
+            groups = json.loads(doc).get("pg_config") or []
+        except ValueError:
+            return {}
+        if any(isinstance(g, dict) and g.get("pg_size") not in (None, world) for g in groups):
+            return {}  # other groups than the world's (tensor, pipeline, ...): the layout is not plain DP
+    return {"dp": world, "tp": 1, "pp": 1, "micro_batches": 1, "global_batch_size": None, "model_bytes": None,
+            "activation_bytes": None, "layers": None, "source": "distributedInfo"}
 
 
 def apply_dp(colls: pd.DataFrame, new_dp: int, lay: dict, calibrated) -> tuple[pd.DataFrame, list[str]]:
@@ -43,8 +63,9 @@ def apply_dp(colls: pd.DataFrame, new_dp: int, lay: dict, calibrated) -> tuple[p
     resized to new_dp, transfers re-costed."""
     colls = colls.copy()
     if not lay:
-        raise TracekitError("[parallelism] dp: the run's data-parallel degree is unknown: it needs run.json with a "
-                            "'parallel' block (written by `tracekit record` / `demo-train`) next to the traces")
+        raise TracekitError("[parallelism] dp: the run's data-parallel degree is unknown: neither run.json's "
+                            "'parallel' block (written by `tracekit record` / `demo-train`) nor the traces' "
+                            "distributedInfo (one world size, every process group the world) tells it")
     dp = lay["dp"]
     if lay.get("tp", 1) != 1 or lay.get("pp", 1) != 1:
         dp_sel = colls.pg_name.astype(str).str.lower().isin(_DP_DESCS)
@@ -86,6 +107,9 @@ def apply_dp(colls: pd.DataFrame, new_dp: int, lay: dict, calibrated) -> tuple[p
                  f"(median x{np.median(ratio):.3f}); last arrival moved by {wait / 1e6:+.2f} ms (expected maximum of "
                  f"{new_dp} vs {dp} arrivals drawn from the measured ones); per-rank batch kept (global batch "
                  f"x{new_dp / dp:g})")
+    if lay.get("source") == "distributedInfo":
+        notes.append(f"data-parallel degree {dp} from the traces' distributedInfo (no run.json): one process group "
+                     "spanning the world, taken as plain data parallelism; per-rank compute unchanged")
     return colls, notes
 
 

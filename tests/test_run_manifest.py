@@ -68,7 +68,9 @@ def test_run_manifest_is_a_source_like_any_other(run_dir, tmp_path):
     (run_dir / "run.json").unlink()
     ingest(str(run_dir), str(store), progress=False)
     with tracekit.open(str(store)) as run:
-        assert run.run_manifest() == {} and layout(run) == {}
+        # gone from the store; the layout now comes from the traces' distributedInfo alone
+        assert run.run_manifest() == {} and layout(run)["source"] == "distributedInfo"
+        assert layout(run)["global_batch_size"] is None
 
 
 @pytest.mark.parametrize("text", ['{"world_size": 2', "[1, 2]"])

@@ -118,15 +118,29 @@ def test_cli_whatif_bad_scenarios_fail_cleanly(tmp_path, text, message):
     assert len(res.output.strip().splitlines()) == 1
 
 
-def test_dp_change_needs_the_layout(runs, tmp_path):
-    # a copy of the traces without run.json: the data-parallel degree is unknown, said so
+def test_dp_change_takes_the_layout_from_distributed_info_without_run_json(runs, tmp_path):
+    # a copy of the traces without run.json: distributedInfo (world size 2, one process group) gives the
+    # data-parallel degree, and the what-if says where it came from. These testbed traces share one host name
+    # (recorded before each testbed host had its own), so the hosts come from [topology], as a user would say it
+    import gzip
+    import json
     import shutil
 
     d = tmp_path / "norun"
-    shutil.copytree(SAMPLES / "ddp2_2hosts_100mbit", d)
+    shutil.copytree(SAMPLES / "ddp2_2hosts_100mbit", d, ignore=shutil.ignore_patterns(".tracekit"))
     (d / "run.json").unlink()
+    sc = scenario_from_dict({"parallelism": {"dp": 4}, "topology": {"ranks_per_host": 1}}, "x")
+    res = replay.run(tracekit.open(d, store=str(tmp_path / "st")), sc)
+    assert any("from the traces' distributedInfo" in n for n in res.notes)
+    with_manifest = replay.run(runs["ddp2_2hosts_100mbit"], scenario_from_dict({"parallelism": {"dp": 4}}, "x"))
+    assert res.summary().predicted_step_ns.max() == with_manifest.summary().predicted_step_ns.max()
+    # without distributedInfo either, the degree is unknown, said so
+    for f in d.glob("rank*.trace.json.gz"):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        doc.pop("distributedInfo")
+        f.write_bytes(gzip.compress(json.dumps(doc).encode()))
     with pytest.raises(tracekit.TracekitError, match="data-parallel degree is unknown"):
-        replay.run(tracekit.open(d, store=str(tmp_path / "st")), scenario_from_dict({"parallelism": {"dp": 4}}, "x"))
+        replay.run(tracekit.open(d, store=str(tmp_path / "st2")), sc)
 
 
 def test_slow_rank_what_if_removes_the_straggler(runs):
