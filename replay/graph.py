@@ -76,6 +76,7 @@ class Graph:
     edge_kind: np.ndarray  # int8 index into EDGE_KINDS
     lag_ns: np.ndarray  # int64
     tracks: pd.DataFrame  # track, rank, pid, tid, is_gpu, main (the rank's busiest CPU thread)
+    hosts: pd.DataFrame  # rank, hostname: the host each rank ran on (run.json's label, else the trace's host_name)
     colls: pd.DataFrame  # one row per collective instance: the communication model's input
     steps: pd.DataFrame  # rank, step, pid, tid, ts_ns, end_ns, is_last (measured)
     ranks: list
@@ -305,7 +306,7 @@ def _assemble(d: dict, ranks) -> Graph:
     g = Graph(kind=nodes["kind"], rank=nodes["rank"], track=nodes["track"], event_id=nodes["event_id"],
               start_ns=nodes["start_ns"], dur_ns=nodes["dur_ns"], coll=nodes["coll"], name=nodes["name"],
               src=src, dst=dst, from_end=from_end, edge_kind=ekind, lag_ns=np.zeros(len(src), np.int64),
-              tracks=tracks, colls=colls, steps=steps, ranks=list(ranks), origin_ns=t0, notes=notes,
+              tracks=tracks, hosts=d["hosts"], colls=colls, steps=steps, ranks=list(ranks), origin_ns=t0, notes=notes,
               stats=counts)
     _bind_lags(g)
     return g

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import graph as _graph
-from . import parallelism, pipeline, topology
+from . import links, parallelism, pipeline, topology
 from .network import CalibratedModel, calibrate
 from .optical import OpticalModel
 from .specs import Scenario
@@ -77,6 +77,8 @@ def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
 def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
     if not len(g.colls):
         return
+    if sc.network.model == "links":
+        return links_step(g, sc, run, st)
     comm = sc.comm_model(st.base if st.base is not None and sc.needs_calibration else st.colls)
     transfer = np.asarray(comm.transfer_ns(st.colls, st.rng), np.int64)
     if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
@@ -92,6 +94,74 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
             st.notes.append(f"{sc.where}: [optical] changes nothing: every collective runs inside one host as the "
                             "run's hosts say (run.json, else the traces' host names); if the ranks ran on "
                             "several hosts, say which with [topology] ranks_per_host or hosts")
+
+
+def links_step(g, sc: Scenario, run, st: ModelState) -> None:
+    """[network] model = 'links': every collective a flow over the hosts' links (replay/links.py), capacity and
+    latency per link class fitted on the measured run's own transfers, then changed as the scenario says."""
+    host_of = _host_index(g, sc)
+    measured = links.build(g.colls, host_of)
+    starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
+    fitted = links.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row])
+    net = sc.network
+    over = net.packet_links
+    prm = fitted.params.scaled(
+        bandwidth=net.bandwidth_scale, latency=net.latency_scale,
+        capacity={c: o.bandwidth_gbps for c, o in over.items() if o.bandwidth_gbps is not None},
+        latency_ns={c: o.latency_us * 1e3 for c, o in over.items() if o.latency_us is not None},
+        host_scale=_host_scales(net.hosts, host_of, sc.where))
+    lf = links.build(st.colls, _extend(host_of, st.colls))
+    barrier = np.flatnonzero(g.kind == _graph.K["barrier"])
+    node_of = barrier[np.argsort(g.coll[barrier])]  # barrier node of each collective row
+    flows = lf.flows(node_of[lf.coll_row], prm)
+    if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
+        shift = st.colls.dp_wait_shift_ns.to_numpy(np.int64)[lf.coll_row]
+        flows = links.Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift, 0), flows.route_ptr,
+                            flows.route_links, flows.capacity)
+    rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
+    st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest]
+    st.info["flows"] = flows
+    st.info["links"] = fitted
+    for c, rms in fitted.rel_rms.items():
+        st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
+                        f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
+                        f"step, over {fitted.flows[c]} transfer(s) replayed as flows (residual {100 * rms:.1f}% rms)")
+    st.notes += [n for n in lf.notes if n not in st.notes]
+
+
+def _host_index(g, sc: Scenario) -> dict[int, int]:
+    """rank -> host index: the scenario's [topology], else the graph's hosts."""
+    ranks = [int(r) for r in g.hosts["rank"]]
+    if sc.topology.given:
+        return topology.host_of(sc.topology, set(ranks) | {int(r) for grp in g.colls["ranks"] for r in grp}, sc.where)
+    names = {}
+    return {r: names.setdefault(h if h is not None else f"rank{r}", len(names))
+            for r, h in zip(ranks, g.hosts["hostname"])}
+
+
+def _extend(host_of: dict[int, int], colls) -> dict[int, int]:
+    """Ranks a data-parallel change added, placed as the run's ranks are: as many per host, on new hosts."""
+    out = dict(host_of)
+    added = sorted({int(r) for grp in colls["ranks"] for r in grp} - set(out))
+    if added:
+        per_host = max(1, round(len(host_of) / max(1, len(set(host_of.values())))))
+        first = max(out.values(), default=-1) + 1
+        base = min(added)
+        for r in added:
+            out[r] = first + (r - base) // per_host
+    return out
+
+
+def _host_scales(hosts, host_of: dict[int, int], where: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for i, h in enumerate(hosts, 1):
+        for r in h.ranks:
+            if r not in host_of:
+                from .checks import ScenarioError
+
+                raise ScenarioError(f"{where}: [[network.hosts]] #{i} ranks: rank {r} is not a rank of the run")
+            out[host_of[r]] = h.bandwidth_scale
+    return out
 
 
 MODEL_STEPS = (topology_step, compute_step, parallelism_step, comm_step)

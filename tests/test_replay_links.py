@@ -1,0 +1,86 @@
+"""[network] model = 'links': collectives as flows over the hosts' links, fitted on the run's own transfers.
+Checked against what the testbed runs were recorded under (their tc rates), and the per-host NIC key."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import replay
+import tracekit
+from replay import links
+from replay.scenario import ScenarioError, scenario_from_dict
+
+from .conftest import REPO
+
+SAMPLES = REPO / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("links")
+    return {name: tracekit.open(str(SAMPLES / name), store=str(tmp / name))
+            for name in ("ddp2_2hosts_100mbit", "ddp2_2hosts_400mbit", "ddp4_loopback")}
+
+
+@pytest.mark.parametrize("name, mbit", [("ddp2_2hosts_100mbit", 100), ("ddp2_2hosts_400mbit", 400)])
+def test_the_fitted_nic_capacity_is_the_rate_the_run_was_shaped_to(runs, name, mbit):
+    # the testbed's tc tbf rate is the ground truth the fit never sees (run.json's testbed block)
+    res = replay.run(runs[name], scenario_from_dict({"network": {"model": "links", "latency_scale": 1.0}}, "x"))
+    fit = res.info["links"]
+    assert runs[name].run_manifest()["testbed"]["links"][0]["rate_mbit"] == mbit
+    assert fit.params.capacity["inter_node"] * 8e3 == pytest.approx(mbit, rel=0.10)
+    assert any("links model: inter_node fitted" in n for n in res.notes)
+
+
+def test_links_what_if_moves_transfers_as_flows_and_a_slow_host_bottlenecks_its_ring(runs):
+    run = runs["ddp2_2hosts_100mbit"]
+    all_slow = replay.run(run, scenario_from_dict({"network": {"model": "links", "bandwidth_scale": 0.25}}, "x"))
+    one_slow = replay.run(run, scenario_from_dict(
+        {"network": {"model": "links", "hosts": [{"ranks": [1], "bandwidth_scale": 0.25}]}}, "y"))
+    base = replay.run(run).summary().measured_step_ns.max()
+    assert len(all_slow.info["flows"]) == len(run_colls_with_bytes(all_slow))
+    # a two-host ring runs at the pace of its slower NIC: one slow host costs what all slow hosts cost
+    assert one_slow.summary().predicted_step_ns.max() == all_slow.summary().predicted_step_ns.max()
+    assert all_slow.summary().predicted_step_ns.max() > 2.5 * base
+
+
+def run_colls_with_bytes(res):
+    c = res.graph.colls
+    return c[c.bytes.notna() & (c.group_size > 1)]
+
+
+def test_per_host_links_need_the_links_model_and_ranks_of_the_run(runs):
+    with pytest.raises(ScenarioError, match=r"\[\[network.hosts\]\] #1 ranks: per-host links need the shared-link model"):
+        scenario_from_dict({"network": {"hosts": [{"ranks": [1], "bandwidth_scale": 0.5}]}}, "h.toml")
+    with pytest.raises(ScenarioError, match=r"\[\[network.hosts\]\] #1 ranks: missing"):
+        scenario_from_dict({"network": {"model": "links", "hosts": [{"bandwidth_scale": 0.5}]}}, "h.toml")
+    sc = scenario_from_dict({"network": {"model": "links", "hosts": [{"ranks": [7], "bandwidth_scale": 0.5}]}}, "h.toml")
+    with pytest.raises(ScenarioError, match=r"#1 ranks: rank 7 is not a rank of the run"):
+        replay.run(runs["ddp2_2hosts_100mbit"], sc)
+
+
+def test_flows_by_hand_ring_bytes_routes_and_unknown_sizes():
+    import pandas as pd
+
+    colls = pd.DataFrame({"op": ["all_reduce", "all_reduce", "all_gather", "all_reduce"],
+                          "bytes": pd.array([1000, 1000, 400, None], dtype="Int64"),
+                          "group_size": [2, 4, 4, 2], "ranks": [[0, 1], [0, 1, 2, 3], [0, 1, 2, 3], [0, 1]]})
+    lf = links.build(colls, {0: 0, 1: 0, 2: 1, 3: 1})
+    assert lf.coll_row.tolist() == [0, 1, 2]  # the one without bytes keeps its measured transfer
+    assert lf.link_class.tolist() == ["intra_node", "inter_node", "inter_node"]
+    assert lf.bytes.tolist() == [1000.0, 1500.0, 300.0]  # 2(p-1)/p n and (p-1)/p n per link
+    assert lf.lat_steps.tolist() == [2.0, 6.0, 3.0]
+    # two hosts' NICs both ways, plus every rank's port since each host holds two of the ranks
+    route = lf.route_links[lf.route_ptr[1]:lf.route_ptr[2]]
+    assert sorted(lf.link_names[i] for i in route)[:4] == ["host0.nic.rx", "host0.nic.tx", "host1.nic.rx",
+                                                           "host1.nic.tx"]
+    assert len(route) == 4 + 8
+    assert any("without a byte count" in n for n in lf.notes)
+    prm = links.LinkParams({"intra_node": 2.0, "inter_node": 0.5}, {"intra_node": 10.0, "inter_node": 100.0})
+    t = links.transfers(lf, np.array([0, 10_000, 10_000]), prm)
+    assert t[0] == 20 + 500  # alone on its ports: 2 latency steps + 1000 bytes at 2 bytes/ns
+    # both start at 10 us and cross both hosts' NICs (0.5 bytes/ns): the all-gather moves after its 300 ns of
+    # latency, alone at 0.5 for 300 ns (150 bytes), then shares with the all-reduce (moving from 600 ns) at 0.25
+    # each: its last 150 bytes take 600 ns (ends 1200 ns after the start); the all-reduce has 1350 bytes left
+    # then, alone at 0.5: 2700 ns more (ends at 3900)
+    assert t[2] == 1200 and t[1] == 3900
