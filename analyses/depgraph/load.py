@@ -8,8 +8,8 @@ import pandas as pd
 
 from tracekit.errors import TracekitError
 
+from .._sql import query
 from ..comms import comm_participants
-from .model import GPU_CATS
 
 
 @dataclass
@@ -44,30 +44,9 @@ def _span(ranks) -> str:
 
 
 def load(run, ranks) -> Loaded:
-    p = {"ranks": ranks}
-    in_ranks = "rank IN (SELECT unnest($ranks::BIGINT[]))"
-    return Loaded(
-        cpu=run.sql(f"""
-            SELECT rank, pid, tid, event_id, cat, name, ts_ns, dur_ns, correlation FROM _events
-            WHERE {in_ranks} AND ph = 'X' AND dur_ns IS NOT NULL AND ts_ns IS NOT NULL
-              AND pid IS NOT NULL AND tid IS NOT NULL AND dur_ns >= 0
-              AND (cat IN ('cpu_op', 'cuda_runtime', 'cuda_driver')
-                   OR (cat = 'user_annotation' AND (name LIKE 'gloo:%' OR name LIKE 'nccl:%')))""", p),
-        gpu=run.sql(f"""
-            SELECT rank, pid, tid, event_id, name, ts_ns, dur_ns, correlation FROM _events
-            WHERE {in_ranks} AND ph = 'X' AND cat IN {GPU_CATS} AND dur_ns IS NOT NULL AND dur_ns >= 0
-              AND ts_ns IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL""", p),
-        cuda_sync=run.sql(f"""
-            SELECT rank, correlation, name,
-                   TRY_CAST(json_extract_string(args_json, '$.stream') AS BIGINT) AS stream,
-                   TRY_CAST(json_extract_string(args_json, '$.wait_on_stream') AS BIGINT) AS wait_on_stream
-            FROM _events WHERE {in_ranks} AND cat = 'cuda_sync' AND correlation IS NOT NULL""", p),
-        steps=run.sql(f"""
-            SELECT rank, step, pid, tid, ts_ns, end_ns, is_last FROM steps WHERE {in_ranks}
-            ORDER BY rank, step""", p),
-        hosts=_hosts(run),
-        comm=comm_participants(run, ranks),
-    )
+    return Loaded(cpu=query(run, "_graph_cpu", ranks=ranks), gpu=query(run, "_graph_gpu", ranks=ranks),
+                  cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks), steps=query(run, "_graph_steps", ranks=ranks),
+                  hosts=_hosts(run), comm=comm_participants(run, ranks))
 
 
 def _hosts(run) -> pd.DataFrame:

@@ -19,7 +19,6 @@ SYNC_CALLS = frozenset({
     "hipEventSynchronize", "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol",
     "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "hipMemcpy"})
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 @dataclass
