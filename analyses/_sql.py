@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tracekit.errors import TracekitError
+from tracekit.store.sql import statements
 
 from .kernel_classes import resolve_rules
 
@@ -39,15 +40,6 @@ def documented_columns(name: str) -> dict[str, str]:
     return out
 
 
-def description(name: str) -> str:
-    """The first line of the .sql header comment."""
-    for line in sql_text(name).splitlines():
-        line = line.strip()
-        if line.startswith("--") and line.strip("- "):
-            return line.lstrip("- ").strip()
-    return ""
-
-
 def prepare(run, rules=None, replace_default_rules: bool = False) -> None:
     """(Re)write the kernel rules table and the shared macros on run's connection."""
     resolved = resolve_rules(rules, replace_default_rules)
@@ -58,7 +50,7 @@ def prepare(run, rules=None, replace_default_rules: bool = False) -> None:
         values = ", ".join(["(?, ?, ?)"] * len(resolved))
         flat = [v for i, (cls, pat) in enumerate(resolved) for v in (i, cls, pat)]
         run.sql(f"INSERT INTO _kernel_rules VALUES {values}", flat)
-    for stmt in _statements(sql_text("_common")):
+    for stmt in statements(sql_text("_common")):
         run.sql(stmt)
 
 
@@ -70,12 +62,6 @@ def _installed_rules(run):
     except TracekitError:
         return None
     return list(zip(df.kernel_class, df.pattern))
-
-
-def _statements(text: str) -> list[str]:
-    """Split on ';' at line ends (the .sql files keep one statement per ';\\n')."""
-    body = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
-    return [s.strip() for s in re.split(r";\s*\n", body + "\n") if s.strip()]
 
 
 def query(run, name: str, **params):

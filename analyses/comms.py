@@ -5,8 +5,9 @@ comm_participants.sql). Owns the private views they all read, analyses/_comm_vie
 from __future__ import annotations
 
 from tracekit.errors import TracekitError
+from tracekit.store.sql import statements
 
-from ._sql import _statements, check_scope, query, sql_text, with_note
+from ._sql import check_scope, query, sql_text, with_note
 
 _LIST_COLUMNS = ("pg_ranks", "participants", "ranks_not_traced", "ranks_missing")
 
@@ -20,7 +21,7 @@ def prepare_views(run, offsets: dict[int, int] | None = None) -> None:
         run.sql(f"INSERT INTO _comm_clock_offsets VALUES {values}",
                 [v for r, o in sorted(offsets.items()) for v in (int(r), int(o))])
     if not _installed(run):
-        for stmt in _statements(sql_text("_comm_views")):
+        for stmt in statements(sql_text("_comm_views")):
             run.sql(stmt)
 
 

@@ -42,6 +42,7 @@ with the analytic expectation within its confidence interval; nothing reads the 
 """
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from dataclasses import asdict, dataclass, field
@@ -49,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 STRATEGIES = ("checkpoint_restart", "in_memory", "live_migration", "redundant")
+DEFAULT_STRATEGY = "checkpoint_restart"
+DEFAULT_TRIALS = 400               # Monte Carlo trials per goodput estimate
 DEFAULT_MTBF_GPU_HOURS = 50_700.0  # Llama 3 405B: 16,384 GPUs, ~3.1 h between interruptions
 GEMINI_RECOVERY_SPEEDUP = 13.0     # Gemini (SOSP'23): recovery 13x faster than from remote storage
 GPUS_PER_REPLICA_LLAMA3 = 128      # Llama 3 405B: TP 8 x PP 16 per data-parallel replica
@@ -124,6 +127,11 @@ def redundant(redundancy_overhead: float = 0.10, failover_cost_s: float = 10.0, 
 
 _CONSTRUCTORS = {"checkpoint_restart": checkpoint_restart, "in_memory": in_memory,
                  "live_migration": live_migration, "redundant": redundant}
+
+
+def strategy_parameters(kind: str) -> tuple[str, ...]:
+    """The parameters a strategy takes (its constructor's), in their order."""
+    return tuple(inspect.signature(_CONSTRUCTORS[kind]).parameters)
 
 
 def make_strategy(kind: str, **params) -> Strategy:
@@ -334,8 +342,9 @@ def _monte_carlo(s: _Setup, trials: int, rng: np.random.Generator) -> dict[str, 
 _PARTS = ("useful", "redundancy", "checkpoint", "lost_work", "recovery", "degraded")
 
 
-def goodput(step_ns: float, target_steps: int, n_gpus: int, strategy: str | Strategy = "checkpoint_restart",
-            mtbf_gpu_hours: float = DEFAULT_MTBF_GPU_HOURS, seed: int = 0, trials: int = 400) -> GoodputResult:
+def goodput(step_ns: float, target_steps: int, n_gpus: int, strategy: str | Strategy = DEFAULT_STRATEGY,
+            mtbf_gpu_hours: float = DEFAULT_MTBF_GPU_HOURS, seed: int = 0,
+            trials: int = DEFAULT_TRIALS) -> GoodputResult:
     """Expected time to train target_steps steps of step_ns each on n_gpus GPUs under failures, the
     goodput and effective training time, and their breakdown, analytic and by Monte Carlo (seeded)."""
     st = make_strategy(strategy) if isinstance(strategy, str) else strategy

@@ -113,6 +113,8 @@ class LinkOverride:
 
 
 class CommModel(Protocol):
+    notes: list[str]  # what the model assumed that a reader of the replay should know
+
     def transfer_ns(self, colls: pd.DataFrame, rng: np.random.Generator | None = None) -> np.ndarray:
         """Transfer time (ns, int64) per row of colls, in row order."""
         ...
@@ -344,6 +346,10 @@ class AlphaBetaModel:
                           else given.get(c, DEFAULT_LINKS[c])) for c in LINK_CLASSES}
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm {self.algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
+
+    @property
+    def notes(self) -> list[str]:
+        return []  # nothing fitted, nothing to say
 
     def _params(self, k: int) -> _Params:
         i, e = self.links["intra_node"], self.links["inter_node"]

@@ -38,6 +38,8 @@ import pandas as pd
 from .network import LinkOverride, _is_inter, _rows
 
 SCHEDULES = ("job", "phase")
+DEFAULT_RECONFIG_DELAY_MS = 1.2  # MEMS OCS median reconfiguration (TPU v4)
+EVERY_GROUP = ("*",)  # circuit globs: every multi-host group
 
 
 def _globs(v, what: str) -> tuple[str, ...]:
@@ -51,7 +53,7 @@ def _globs(v, what: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Phase:
     match: tuple[str, ...]
-    circuits: tuple[str, ...] = ("*",)
+    circuits: tuple[str, ...] = EVERY_GROUP
     ordinals: tuple[int, int] | None = None
     name: str | None = None
 
@@ -71,7 +73,7 @@ class Phase:
         name = d.get("name")
         if name is not None and not isinstance(name, str):
             raise ValueError("phase name must be a string")
-        return cls(match=_globs(d["match"], "match"), circuits=_globs(d.get("circuits", ["*"]), "circuits"),
+        return cls(match=_globs(d["match"], "match"), circuits=_globs(d.get("circuits", EVERY_GROUP), "circuits"),
                    ordinals=ords, name=name)
 
     @property
@@ -98,12 +100,12 @@ class OpticalPlan:
 @dataclass
 class OpticalModel:
     inner: object
-    reconfig_delay_ms: float = 1.2
+    reconfig_delay_ms: float = DEFAULT_RECONFIG_DELAY_MS
     schedule: str = "job"
     phases: list = field(default_factory=list)      # Phase or dicts {match, circuits, ordinals, name}
     circuit_bandwidth_gbps: float | None = None
     circuit_latency_us: float | None = None
-    circuits: tuple[str, ...] = ("*",)               # the job schedule's assignment when no phases
+    circuits: tuple[str, ...] = EVERY_GROUP          # the job schedule's assignment when no phases
     gpus_per_node: int | None = None                 # tells multi-host groups apart when n_hosts is NULL
 
     reconfigurations: int = field(default=0, init=False)
@@ -127,6 +129,12 @@ class OpticalModel:
     @property
     def delay_ns(self) -> int:
         return int(round(self.reconfig_delay_ms * 1e6))
+
+    @property
+    def notes(self) -> list[str]:
+        # what the switch did is in reconfigurations / reconfig_ns / on_circuit; the inner model's
+        # calibration notes are not repeated here
+        return []
 
     def plan(self, colls: pd.DataFrame) -> OpticalPlan:
         r = _rows(colls)

@@ -17,8 +17,6 @@ What each transform needs, and what it changes:
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 
@@ -28,18 +26,16 @@ _DP_DESCS = ("dp", "data_parallel", "data-parallel", "ddp", "default_pg", "world
 
 
 def layout(run) -> dict:
-    """The run's parallel layout from run.json: {dp, tp, pp, micro_batches, global_batch_size, source};
-    {} when the trace directory has no run manifest with a `parallel` block."""
-    from tracekit.capture.manifest import MANIFEST_NAME, read
-
-    trace_dir = getattr(run, "trace_dir", None)
-    par = read(trace_dir).get("parallel") or {}
+    """The run's parallel layout from run.json (as ingested into the store): {dp, tp, pp, micro_batches,
+    global_batch_size, model_bytes, activation_bytes, layers}; {} when the run has no run manifest with a
+    `parallel` block."""
+    par = run.run_manifest().get("parallel") or {}
     if not par.get("dp"):
         return {}
     return {"dp": int(par["dp"]), "tp": int(par.get("tp", 1)), "pp": int(par.get("pp", 1)),
             "micro_batches": int(par.get("micro_batches", 1)), "global_batch_size": par.get("global_batch_size"),
             "model_bytes": par.get("model_bytes"), "activation_bytes": par.get("activation_bytes"),
-            "layers": par.get("layers"), "source": os.path.join(trace_dir, MANIFEST_NAME)}
+            "layers": par.get("layers")}
 
 
 def apply_dp(g, new_dp: int, lay: dict, calibrated) -> tuple[pd.DataFrame, list[str]]:

@@ -160,11 +160,12 @@ def _cost(calibrated, op: str, n_bytes: float, group: int, hosts: int) -> int:
     return int(calibrated.transfer_ns(df)[0])
 
 
-def step_delta(run, g, par: dict, lay: dict, calibrated, gpus_per_node=None) -> tuple[dict, list[str]]:
-    """Per rank: predicted step change (ns) under the tp / pp / micro_batches of par; and notes."""
-    T = int(par.get("tp") or 1)
-    P = int(par.get("pp") or 1)
-    m = int(par.get("micro_batches") or 1)
+def step_delta(run, g, par, lay: dict, calibrated, gpus_per_node=None) -> tuple[dict, list[str]]:
+    """Per rank: predicted step change (ns) under the tp / pp / micro_batches of par (a
+    replay.specs.ParallelismSpec; None keeps 1); and notes."""
+    T = int(par.tp or 1)
+    P = int(par.pp or 1)
+    m = int(par.micro_batches or 1)
     if not lay:
         raise TracekitError("[parallelism] tp/pp: the run's layout is unknown: it needs run.json with a 'parallel' "
                             "block (written by `tracekit record` / `demo-train`)")

@@ -17,6 +17,8 @@ import pandas as pd
 from analyses import depgraph as _graph
 
 from .engine import Engine
+from .model_steps import apply_models
+from .specs import Scenario
 
 STEP_COLUMNS = {
     "rank": "global rank",
@@ -44,7 +46,7 @@ class ReplayResult:
     end_ns: np.ndarray  # replayed end per node
     steps: pd.DataFrame  # STEP_COLUMNS
     run: object  # the tracekit Run replayed
-    scenario: object = None
+    scenario: Scenario | None = None
     build_s: float = 0.0
     replay_s: float = 0.0
     notes: list = field(default_factory=list)
@@ -74,7 +76,7 @@ class ReplayResult:
             "predicted_step_ns": int(s.predicted_step_ns.max()) if len(s) else None,
             "error_pct": worst,
             "mean_abs_error_pct": float(s.error_pct.abs().mean()) if len(s) else float("nan"),
-            "scenario": getattr(self.scenario, "name", None),
+            "scenario": self.scenario.name if self.scenario is not None else None,
             "nodes": self.graph.n_nodes,
             "edges": self.graph.n_edges,
             "collectives": len(self.graph.colls),
@@ -114,7 +116,7 @@ class ReplayResult:
                                 "the re-timed run")
 
         label = {"kind": "replay", "source_store": self.run.store.path,
-                 "scenario": getattr(self.scenario, "name", None) or "baseline",
+                 "scenario": (self.scenario.name if self.scenario is not None else None) or "baseline",
                  "ranks": list(self.graph.ranks)}
         return write_retimed_store(self.run.store.path, out_dir, self.event_times(), label=label)
 
@@ -194,8 +196,8 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     if fold is True or (fold == "auto" and len(full.ranks) > FOLD_AUTO_RANKS):
         from . import fold as _fold
 
-        own = (getattr(scen, "compute", None) or {}).get("rank_slowdown", {}) if scen is not None else {}
-        folding = _fold.plan(full, fold_tolerance, keep={int(k) for k in own})
+        own = scen.compute.rank_slowdown if scen is not None else {}
+        folding = _fold.plan(full, fold_tolerance, keep=set(own))
         if folding.folded_ranks:
             g = _fold.fold(full, folding)
         else:
@@ -220,69 +222,12 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     return res
 
 
-def _scenario(scenario):
-    if scenario is None or not isinstance(scenario, (str, bytes)) and not hasattr(scenario, "__fspath__"):
+def _scenario(scenario) -> Scenario | None:
+    if scenario is None or isinstance(scenario, Scenario):
         return scenario
     from .scenario import load_scenario
 
     return load_scenario(scenario)
-
-
-def apply_models(g, scenario, run=None):
-    """Node durations and edge lags under the scenario's models (measured when scenario is None).
-    Returns (dur_ns per node, lag_ns per edge, notes, info) where info holds the models used."""
-    dur = g.dur_ns.copy()
-    lag = g.lag_ns.copy()
-    notes: list[str] = []
-    info: dict = {}
-    if scenario is None:
-        return dur, lag, notes, info
-    rng = np.random.default_rng(getattr(scenario, "seed", 0))
-    compute = scenario.compute_model() if hasattr(scenario, "compute_model") else None
-    if compute is not None:
-        dur = np.asarray(compute.node_durations(g.nodes(), rng), np.int64)
-        barrier = g.kind == _graph.K["barrier"]
-        dur[barrier] = g.dur_ns[barrier]
-        # the gaps between ops on a thread are CPU time too: they follow the CPU speed of their rank
-        thread = g.edge_kind == _graph.E["thread"]
-        f = np.full(g.n_edges, 1.0 / getattr(compute, "cpu_scale", 1.0))
-        for r, k in (getattr(compute, "rank_slowdown", None) or {}).items():
-            f[g.rank[g.dst] == int(r)] *= k
-        sel = thread & (f != 1.0)
-        lag[sel] = np.rint(lag[sel] * f[sel]).astype(np.int64)
-    if len(g.colls) and hasattr(scenario, "comm_model"):
-        colls = g.colls
-        par = getattr(scenario, "parallelism", None) or {}
-        base = None
-        if par:
-            from . import parallelism
-
-            from .network import calibrate
-
-            lay = parallelism.layout(run) if run is not None else {}
-            base = scenario.calibrate(colls) if scenario.network.get("calibrate", "run") != "none" else None
-            base = base if base is not None else calibrate(colls)
-            if any(par.get(k) not in (None, lay.get(k, 1) if lay else None) for k in ("tp", "pp", "micro_batches")):
-                from . import pipeline
-
-                info["step_delta"], more = pipeline.step_delta(run, g, par, lay, base,
-                                                               scenario.network.get("gpus_per_node"))
-                notes += more
-            if par.get("dp") is not None:
-                colls, more = parallelism.apply_dp(g, int(par["dp"]), lay, base)
-                notes += more
-        comm = scenario.comm_model(base if base is not None and scenario.needs_calibration else colls)
-        if comm is not None:
-            transfer = np.asarray(comm.transfer_ns(colls, rng), np.int64)
-            if "dp_wait_shift_ns" in colls:  # the slowest of more (fewer) ranks arrives later (earlier)
-                transfer = np.maximum(transfer + colls.dp_wait_shift_ns.to_numpy(np.int64), 0)
-            barrier_ids = np.flatnonzero(g.kind == _graph.K["barrier"])
-            dur[barrier_ids[np.argsort(g.coll[barrier_ids])]] = transfer
-            notes += [n for n in getattr(comm, "notes", []) or [] if n not in notes]
-            info["comm"] = comm
-            if hasattr(comm, "reconfigurations"):
-                info["reconfigurations"] = int(comm.reconfigurations)
-    return np.maximum(dur, 0), lag, notes, info
 
 
 def _steps(res: ReplayResult) -> pd.DataFrame:

@@ -111,8 +111,6 @@ def _job_step(summary: pd.DataFrame, col: str) -> int:
 
 def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.DataFrame:
     """One row per scenario (COLUMNS), the measured run first. fold as in replay.run (off with out_dir)."""
-    from tracekit.capture.manifest import read
-
     from .scenario import Scenario, load_scenario
 
     scens = [s if isinstance(s, Scenario) else load_scenario(s) for s in scenarios]
@@ -129,7 +127,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     meas_exposed = _job_exposed(exposed_comm(g, g.start_ns, g.start_ns + g.dur_ns, st, ts, end))
     s0 = base.summary()
     measured = _job_step(s0, "measured_step_ns")
-    par = read(getattr(run, "trace_dir", None)).get("parallel") or {}
+    par = run.run_manifest().get("parallel") or {}
     gbs = par.get("global_batch_size")
     rows = [{"scenario": "measured", "measured_step_ns": measured, "predicted_step_ns": measured, "change_pct": 0.0,
              "throughput_steps_per_s": 1e9 / measured if measured else None,
@@ -143,7 +141,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         pred = _job_step(s, "predicted_step_ns")
         st, ts, end = _step_windows(res, measured=False)
         exp = _job_exposed(exposed_comm(g, res.start_ns, res.end_ns, st, ts, end))
-        dp = (sc.parallelism or {}).get("dp")
+        dp = sc.parallelism.dp
         scale = dp / par["dp"] if dp and par.get("dp") else 1.0
         row = {"scenario": sc.name, "measured_step_ns": measured, "predicted_step_ns": pred,
                "change_pct": 100.0 * (pred - measured) / measured if measured else None,

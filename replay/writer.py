@@ -26,19 +26,19 @@ registered Arrow table of new times: no per-event Python.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from tracekit import __version__
 from tracekit.errors import StoreError, TracekitError
 from tracekit.store import Store, create_table_view, writer_lock
 from tracekit.store import manifest as _manifest
+from tracekit.store.commit import final_name, new_generation, remove_orphans, switch_manifest, unlink
 from tracekit.store.manifest import Manifest
 from tracekit.store.schema import STORED_EVENT_COLUMNS, TABLES
+from tracekit.store.sql import literal, literal_list
 
 __all__ = ["write_retimed_store", "is_replay_store", "REPLAY_KIND", "TIMES_COLUMNS"]
 
@@ -91,7 +91,7 @@ def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict)
         con.register("_times", tbl)
         create_table_view(con, "_src_events", src.files("events"), TABLES["events"])
         _check_times(con, out)
-        gen = uuid.uuid4().hex[:12]
+        gen = new_generation()
         if mode == "replace":
             with writer_lock(out):
                 if _out_mode(out) != "replace":  # changed while we waited for the lock
@@ -99,12 +99,12 @@ def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict)
                 written: list[str] = []
                 try:
                     manifest = _build(con, src, out, gen, full_label, written, tbl)
-                    _manifest.save(out, manifest)
+                    switch_manifest(out, manifest)
                 except BaseException:
                     for p in written:  # never named by a manifest: the previous replay stays as it was
-                        _unlink(p)
+                        unlink(p)
                     raise
-                _remove_orphans(out, manifest)
+                remove_orphans(out, manifest)
         else:
             parent, name = os.path.split(out)
             try:
@@ -115,7 +115,7 @@ def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict)
             try:
                 os.mkdir(tmp)
                 manifest = _build(con, src, tmp, gen, full_label, [], tbl)
-                _manifest.save(tmp, manifest)
+                switch_manifest(tmp, manifest)
                 try:
                     os.rename(tmp, out)  # replaces an empty directory; fails on a non-empty one
                 except OSError as e:
@@ -248,12 +248,8 @@ def _check_times(con, out: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- writing
 
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def _files_sql(paths: list[str]) -> str:
-    return "read_parquet([" + ", ".join(_q(p) for p in paths) + "], hive_partitioning = false)"
+    return f"read_parquet({literal_list(paths)}, hive_partitioning = false)"
 
 
 def _cast_cols(table: str, expr: dict[str, str] | None = None) -> str:
@@ -262,7 +258,7 @@ def _cast_cols(table: str, expr: dict[str, str] | None = None) -> str:
 
 
 def _copy(cur, select: str, target: str, params=None) -> None:
-    sql = f"COPY ({select}) TO {_q(target)} (FORMAT parquet, COMPRESSION zstd)"
+    sql = f"COPY ({select}) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)"
     cur.execute(sql, params) if params is not None else cur.execute(sql)
 
 
@@ -273,15 +269,11 @@ def _build(con, src: Store, dest: str, gen: str, label: dict, written: list[str]
     jobs = []
     for source in sorted(m.sources):
         entry = m.sources[source]
-        key = hashlib.sha1(source.encode()).hexdigest()[:12]
         files: dict[str, list[str]] = {}
         for table in TABLES:
             old = entry.files.get(table, [])
-            if entry.kind == "trace" and table in _RETIMED and old:
-                files[table] = [os.path.join(table, f"rank={entry.rank}", f"{key}-{gen}-0.parquet")]
-            else:
-                files[table] = [os.path.join(os.path.dirname(p), f"{key}-{gen}-{i}.parquet")
-                                for i, p in enumerate(old)]
+            n = 1 if entry.kind == "trace" and table in _RETIMED and old else len(old)
+            files[table] = [final_name(table, entry.rank, source, gen, i) for i in range(n)]
         for t in files.values():
             for rel in t:
                 os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
@@ -377,29 +369,3 @@ def _write_source(cur, src: Store, dest: str, entry, files: dict[str, list[str]]
         _copy(cur, f"""
             SELECT {_cast_cols("ranks", {"event_count": "span.n", "first_ts_ns": "span.t0", "last_end_ns": "span.t1"})}
             FROM {_files_sql(abs_src("ranks"))} r, {span} span""", path(files["ranks"][0]))
-
-
-def _unlink(p: str) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass
-
-
-def _remove_orphans(store_dir: str, manifest: Manifest) -> None:
-    """Delete the table files the new manifest does not name (the replaced replay's), then empty folders."""
-    keep = {os.path.normpath(p) for e in manifest.sources.values() for ps in e.files.values() for p in ps}
-    for table in TABLES:
-        top = os.path.join(store_dir, table)
-        for root, _dirs, names in os.walk(top):
-            for name in names:
-                full = os.path.join(root, name)
-                if os.path.normpath(os.path.relpath(full, store_dir)) not in keep:
-                    _unlink(full)
-        for root, dirs, names in os.walk(top, topdown=False):
-            if not os.listdir(root):
-                try:
-                    os.rmdir(root)
-                except OSError:
-                    pass
-    shutil.rmtree(os.path.join(store_dir, "staging"), ignore_errors=True)

@@ -13,7 +13,10 @@ import analyses
 import tracekit
 from analyses.registry import REGISTRY
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+from .conftest import SHARED_TRACES as SHARED, shared_trace_dir
+
+pytestmark = pytest.mark.slow  # ingests the shared traces, checks them against HTA
+
 PP = 0.5  # percentage points
 REL = 0.01  # relative, absolute times
 
@@ -21,16 +24,13 @@ REL = 0.01  # relative, absolute times
 @pytest.fixture(scope="session")
 def ingested(tmp_path_factory):
     """rel path -> Run; each shared trace is ingested once per session into a tmp store."""
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} not present (the shared traces live beside the repo, not in it)")
+    shared_trace_dir()
     runs: dict[str, tracekit.run.Run] = {}
     root = tmp_path_factory.mktemp("shared_stores")
 
     def get(rel: str, **options):
         if rel not in runs:
-            if not (SHARED / rel).is_dir():
-                pytest.skip(f"{SHARED / rel} not present")
-            runs[rel] = tracekit.open(SHARED / rel, store=str(root / rel.replace("/", "__")), **options)
+            runs[rel] = tracekit.open(shared_trace_dir(rel), store=str(root / rel.replace("/", "__")), **options)
         return runs[rel]
 
     yield get

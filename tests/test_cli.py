@@ -146,3 +146,28 @@ def test_truncated_trace_warns_with_count(runner, tmp_path):
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
     assert r.exit_code == 0
     assert "warning: rank0.json: file cut short" in r.output and "lost 1 incomplete event" in r.output
+
+
+def test_tables_in_human_units_csv_and_json_raw(runner, tiny_dir, tmp_path):
+    q = ("SELECT 89478383::BIGINT AS step_ns, 1733140000000000000::BIGINT AS first_ts_ns, 2097152::BIGINT AS bytes, "
+         "0.784::DOUBLE AS busbw_gbps, 'nan'::DOUBLE AS ratio, NULL::BIGINT AS wait_ns")
+    args = ["query", str(tiny_dir), q, "--store", str(tmp_path / "s")]
+    table = runner.invoke(cli, args).stdout.splitlines()
+    assert table[0].split() == ["step_ns", "first_ts_ns", "bytes", "busbw_gbps", "ratio", "wait_ns"]
+    # durations, sizes and rates for people; a point in time stays on the trace's clock
+    assert table[2].split() == ["89.5", "ms", "1733140000000000000", "2.0", "MiB", "784", "MB/s"]
+    csv = runner.invoke(cli, [*args, "--format", "csv"]).stdout.splitlines()
+    assert csv[1] == "89478383,1733140000000000000,2097152,0.784,,"
+    row = json.loads(runner.invoke(cli, [*args, "--format", "json"]).stdout)[0]
+    assert row == {"step_ns": 89478383, "first_ts_ns": 1733140000000000000, "bytes": 2097152, "busbw_gbps": 0.784,
+                   "ratio": None, "wait_ns": None}
+
+
+def test_info_formats_and_notes_on_stderr(runner, tmp_path):
+    d = tmp_path / "t"
+    write_trace(d / "rank0.trace.json", tiny_events(1), rank=0, world_size=2)  # 1 of 2 ranks: a note
+    store = str(tmp_path / "s")
+    r = runner.invoke(cli, ["info", str(d), "--store", store, "--format", "table"])
+    assert r.exit_code == 0 and "note: 1 of 2 ranks present" in r.stderr and "note:" not in r.stdout
+    assert json.loads(runner.invoke(cli, ["info", str(d), "--store", store, "--format", "json"]).stdout)["ranks"] == [0]
+    assert runner.invoke(cli, ["info", str(d), "--store", store, "--format", "text"]).exit_code == 2

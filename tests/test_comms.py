@@ -14,11 +14,10 @@ import tracekit
 from analyses import comms
 from tracekit.cli import cli
 
-from .conftest import write_trace
+from .conftest import shared_trace_dir, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
 # ---------------------------------------------------------------- tiny traces, exact values
@@ -233,10 +232,8 @@ def shared_run(tmp_path_factory):
     runs = {}
 
     def get(rel):
-        if not (SHARED / rel).is_dir():
-            pytest.skip(f"{SHARED / rel} not present (the shared traces live beside the repo)")
         if rel not in runs:
-            runs[rel] = tracekit.open(SHARED / rel, store=str(root / rel.replace("/", "__")))
+            runs[rel] = tracekit.open(shared_trace_dir(rel), store=str(root / rel.replace("/", "__")))
         return runs[rel]
 
     yield get
@@ -244,6 +241,7 @@ def shared_run(tmp_path_factory):
         r.close()
 
 
+@pytest.mark.slow  # shared traces
 def test_megatron_all_84_allreduces_matched(shared_run):
     run = shared_run("astra-sim/megatron_tp8")
     m = comms.collectives_matched(run)
@@ -261,6 +259,7 @@ def test_megatron_all_84_allreduces_matched(shared_run):
     assert len(m) == 85 and list(m[m["timeline"] == "none"]["n_participants"]) == [8]
 
 
+@pytest.mark.slow  # shared traces
 def test_megatron_stragglers_are_ranks_0_and_6(shared_run):
     run = shared_run("astra-sim/megatron_tp8")
     s = comms.straggler_attribution(run).set_index("rank")
@@ -276,6 +275,7 @@ def test_megatron_stragglers_are_ranks_0_and_6(shared_run):
     assert len(waits) == 8 * 85 and (waits["wait_ns"].dropna() >= 0).all()
 
 
+@pytest.mark.slow  # shared traces
 def test_nccl_parser_config_metadata(shared_run):
     run = shared_run("hta/nccl_parser_config")
     df = comms.collectives(run)
@@ -288,6 +288,7 @@ def test_nccl_parser_config_metadata(shared_run):
     assert all(v == [1] for v in m["ranks_not_traced"]) and not m["complete"].any()
 
 
+@pytest.mark.slow  # shared traces
 def test_b200_all_gather_bytes_from_args(shared_run):
     run = shared_run("tracelens/b200_eager")
     m = comms.collectives_matched(run)
@@ -300,6 +301,7 @@ def test_b200_all_gather_bytes_from_args(shared_run):
     assert r["bytes"] == max(row["in_nelems"], row["out_nelems"]) * 2  # BFloat16, output buffer
 
 
+@pytest.mark.slow  # shared traces
 def test_sampled_trace_filter_says_so(shared_run):
     run = shared_run("hta/trace_filter")
     m = comms.collectives_matched(run)
@@ -317,6 +319,7 @@ def test_bandwidth_on_shaped_links_reaches_the_link_rate(samples, name, link_gbp
     assert 0.8 * link_gbps < ar["median_busbw_gbps"] <= 1.02 * link_gbps
 
 
+@pytest.mark.slow  # shared traces
 def test_megatron_bandwidth_reported(shared_run):
     bw = comms.bandwidth_report(shared_run("astra-sim/megatron_tp8"), "all_reduce")
     big = bw[bw["size_bucket_bytes"] == 1 << 26].iloc[0]

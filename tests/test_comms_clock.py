@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,20 +12,23 @@ import tracekit
 from analyses import comms
 from tracekit.cli import cli
 
-MEGATRON = Path(__file__).resolve().parents[2] / "shared" / "traces" / "astra-sim" / "megatron_tp8"
+from .conftest import shared_trace_dir
+
+pytestmark = pytest.mark.slow  # an 8-rank shared trace, shifted and ingested twice
+
+MEGATRON_REL = "astra-sim/megatron_tp8"
 SHIFT_US = 800_000  # +0.8 s
 SHIFTED_RANK = 3
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    if not MEGATRON.is_dir():
-        pytest.skip(f"{MEGATRON} not present (the shared traces live beside the repo)")
+    megatron = shared_trace_dir(MEGATRON_REL)
     root = tmp_path_factory.mktemp("clock")
     d = root / "shifted"
     d.mkdir()
     for i in range(8):
-        src = MEGATRON / f"megatron_kineto_{i}.json.gz"
+        src = megatron / f"megatron_kineto_{i}.json.gz"
         if i != SHIFTED_RANK:
             shutil.copy(src, d / src.name)
             continue
@@ -35,7 +37,7 @@ def runs(tmp_path_factory):
             if "ts" in ev:  # absolute microseconds (no baseTimeNanoseconds in this trace)
                 ev["ts"] = ev["ts"] + SHIFT_US
         (d / src.name).write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
-    original = tracekit.open(MEGATRON, store=str(root / "orig_store"))
+    original = tracekit.open(megatron, store=str(root / "orig_store"))
     shifted = tracekit.open(d, store=str(root / "shifted_store"))
     yield original, shifted
     original.close()

@@ -21,6 +21,8 @@ from tracekit.store.schema import TABLES
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.slow  # starts Dask clusters
+
 SAMPLE = REPO / "sample_traces" / "ddp4_loopback"
 
 

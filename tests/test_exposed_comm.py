@@ -116,6 +116,7 @@ def test_slow_rank_sample_ranks_0_and_2_wait(tmp_path):
     assert (df.exposed_comm_ns <= df.comm_ns).all() and (df.exposed_comm_ns + df.overlapped_ns == df.comm_ns).all()
 
 
+@pytest.mark.slow  # shared traces
 @pytest.mark.parametrize("rel", ["hta/trace_filter", "astra-sim/megatron_tp8"])
 def test_gpu_agrees_with_comm_comp_overlap(rel, tmp_path):
     with tracekit.open(shared_trace_dir(rel), store=str(tmp_path / "s")) as run:

@@ -12,6 +12,8 @@ from replay.scenario import scenario_from_dict
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.slow  # 64-rank replays
+
 
 @pytest.fixture(scope="module")
 def run64(tmp_path_factory):

@@ -32,6 +32,8 @@ from tracekit.ingest import ingest
 
 from .conftest import REPO, SHARED_TRACES, tiny_events, write_trace
 
+pytestmark = pytest.mark.slow  # fuzz: thousands of mutated traces
+
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 CASE_TIMEOUT = int(os.environ.get("FUZZ_CASE_TIMEOUT", "120"))
 CORPUS = Path(__file__).parent / "fuzz"

@@ -91,6 +91,7 @@ def _metrics(path) -> dict:
     return {m["metric"]: m for m in json.loads(Path(path).read_text())["metrics"]}
 
 
+@pytest.mark.slow  # ingests six recorded runs
 def test_same_job_noise_passes(runs, tmp_path):
     for base, cand in (("even", "odd"), ("odd", "even")):
         js = tmp_path / f"{base}.json"
@@ -105,6 +106,7 @@ def test_same_job_noise_passes(runs, tmp_path):
     assert m["exposed_comm_ns"]["change_pct"] > 10 and m["exposed_comm_ns"]["p_value"] > 0.05
 
 
+@pytest.mark.slow  # ingests six recorded runs
 def test_slow_link_fails(runs, tmp_path):
     js, md, xml = tmp_path / "g.json", tmp_path / "g.md", tmp_path / "g.xml"
     r = _gate(runs["ddp2_2hosts_400mbit"], runs["ddp2_2hosts_100mbit"], "--json", js, "--markdown", md, "--junit", xml)
@@ -130,6 +132,7 @@ def test_slow_link_fails(runs, tmp_path):
     assert r.exit_code == 0 and not [k for k, v in m.items() if v["status"] == "fail"]
 
 
+@pytest.mark.slow  # ingests six recorded runs
 def test_thresholds_from_config_decide(runs, tmp_path, monkeypatch):
     cfg = tmp_path / "pyproject.toml"
     cfg.write_text('[tool.tracekit.gate]\nalpha = 0.01\n[tool.tracekit.gate.thresholds]\n'
@@ -145,6 +148,7 @@ def test_thresholds_from_config_decide(runs, tmp_path, monkeypatch):
     assert r.exit_code == 1 and _metrics(js)["step_time_ns"]["threshold"] == "1e+07"
 
 
+@pytest.mark.slow  # ingests six recorded runs
 def test_prediction_error_counts_both_ways(runs, tmp_path):
     # a replay is stored like a measured run; two measured stores stand in for measured/predicted.
     # A step-time model's error budget: only step_time_ns, within 10%.
@@ -169,6 +173,7 @@ def test_single_value_and_kernel_metrics(tmp_path):
     assert m["kernel_time_ns:gemm_kernel"].n_baseline == 4 and res.passed
 
 
+@pytest.mark.slow  # ingests six recorded runs
 def test_bad_config_is_one_line_exit_2(runs, tmp_path):
     bad = tmp_path / "gate.toml"
     for text, expect in (("alpah = 0.1\n", "unknown key 'alpah'; allowed keys: alpha"),
@@ -192,3 +197,24 @@ def test_load_config_defaults_without_table(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     cfg = load_config(cwd=str(tmp_path))
     assert cfg.source == "defaults" and str(cfg.threshold("busbw_gbps:all_reduce")) == "10%"
+
+
+def test_markdown_and_junit_in_human_units_json_raw():
+    from tracekit.gate import GateResult, MetricResult
+    from tracekit.gate import render
+
+    def metric(name, unit, b, c, threshold):
+        return MetricResult(metric=name, unit=unit, better="lower", status="pass", baseline_median=b,
+                            candidate_median=c, change_pct=None, threshold=threshold, n_baseline=6, n_candidate=6,
+                            p_value=None, effect_size=float("nan"), note="")
+
+    result = GateResult([metric("step_time_ns", "ns", 89478383.0, 95000000.0, "1e+07"),
+                         metric("busbw_gbps:all_reduce", "GB/s", 12.3, 0.0519, "10%"),
+                         metric("peak_memory_bytes", "bytes", float(3 << 30), None, "5%")],
+                        "regression", 0.05, "defaults")
+    md = render.markdown(result, "base/", "cand/")
+    assert "| `step_time_ns` | 89.5 ms | 95 ms | " in md and "| 10 ms |" in md
+    assert "| 12.3 GB/s | 51.9 MB/s |" in md and "| 3.0 GiB |  |" in md
+    assert "baseline median 89.5 ms, candidate 95 ms, threshold 10 ms" in render.junit(result)
+    doc = json.loads(render.to_json(result))
+    assert doc["metrics"][0]["baseline_median"] == 89478383.0 and doc["metrics"][0]["effect_size"] is None

@@ -24,6 +24,8 @@ from tracekit.store import Store
 
 from .conftest import REPO, tiny_events, write_trace
 
+pytestmark = pytest.mark.slow  # big traces and many ranks
+
 SAMPLE_RANK = REPO / "sample_traces" / "ddp4_loopback" / "rank0.trace.json.gz"
 
 

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the quickstart notebook in a Jupyter kernel
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "examples" / "quickstart.ipynb"
 

@@ -51,6 +51,7 @@ def test_splits_shorten_the_step_and_more_micro_batches_shrink_the_bubble(layers
     assert (free <= tp2).all()
 
 
+@pytest.mark.slow  # ingests and replays a layered run
 def test_split_needs_a_layer_structure(tmp_path):
     run = tracekit.open(REPO / "sample_traces" / "ddp2_2hosts_100mbit", store=str(tmp_path / "st"))
     with pytest.raises(tracekit.TracekitError, match="no layer.<i> annotations"):

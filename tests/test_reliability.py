@@ -78,6 +78,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # network namespaces or many concurrent ingests
 def test_two_writers_with_different_content_never_mix(tmp_path):
     """Two processes ingest *different* directories into one store path at the same time: the result is
     exactly one of the two uninterrupted stores, never rows of both."""
@@ -114,6 +115,7 @@ def _netns_prefix() -> list[str]:
     return ["unshare", "-n"]
 
 
+@pytest.mark.slow  # network namespaces or many concurrent ingests
 def test_cli_runs_without_network(tmp_path):
     """ingest, info, analyze, comms, report in a network namespace whose only interface (lo) is down."""
     prefix = _netns_prefix()
@@ -150,6 +152,7 @@ _NO_SOCKETS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # network namespaces or many concurrent ingests
 def test_library_path_opens_no_inet_socket(tmp_path):
     """In-process: an audit hook refuses any socket call but AF_UNIX creation; ingest, open, SQL still work."""
     d = tmp_path / "run"

@@ -12,6 +12,7 @@ import tracekit
 from analyses import depgraph as G
 from replay.engine import Engine
 from replay.replayer import apply_models, replay as replay_fn
+from replay.scenario import Scenario
 from tracekit.cli import cli
 
 from .conftest import REPO, shared_trace_dir
@@ -159,14 +160,15 @@ def test_faster_transfers_shorten_the_gloo_steps(ddp3):
     g = G.build(ddp3)
     base = replay_fn(ddp3, graph=g)
 
-    class Half:  # a communication model that halves every transfer
-        name, seed = "half", 0
-
-        def comm_model(self, colls):
-            return self
+    class HalfComm:  # a communication model that halves every transfer
+        notes = []
 
         def transfer_ns(self, colls, rng):
             return colls.measured_transfer_ns.to_numpy() // 2
+
+    class Half(Scenario):  # a scenario with that model
+        def comm_model(self, calibrated_base=None, **kw):
+            return HalfComm()
 
     fast = replay_fn(ddp3, Half(), graph=g)
     b, f = base.summary(), fast.summary()
@@ -190,7 +192,7 @@ def test_cli_replay_json_is_stable(tmp_path):
     res = CliRunner().invoke(cli, ["replay", str(REPO / "sample_traces" / "ddp3_slow_rank1"),
                                    "--store", str(tmp_path / "st"), "--format", "json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # notes go to stderr
     assert {"rank", "measured_step_ns", "predicted_step_ns"} <= set(doc["ranks"][0])
     assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
     assert isinstance(doc["error_pct"], float) and abs(doc["error_pct"]) <= 2.0
@@ -207,6 +209,7 @@ def test_cli_replay_bad_options_fail_cleanly(tmp_path, args, message):
     assert message in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.slow  # writes, re-ingests and gates a replayed store
 def test_cli_replay_out_writes_a_store_and_a_chrome_trace(tmp_path):
     import gzip
 

@@ -77,6 +77,7 @@ def _check_format(doc: dict) -> None:
             assert isinstance(e["args"], dict), e
 
 
+@pytest.mark.slow  # merged Chrome traces of whole runs
 def test_merged_trace_holds_every_rank(src, tmp_path):
     path = write_chrome_trace(str(src), str(tmp_path / "all.json"))
     assert path == str(tmp_path / "all.json")
@@ -150,6 +151,7 @@ def _compare_stores(a_dir, b_dir) -> dict[str, tuple[int, int]]:
     return diffs
 
 
+@pytest.mark.slow  # merged Chrome traces of whole runs
 def test_rank_files_ingest_back_to_the_same_events(src, tmp_path):
     paths = write_rank_traces(str(src), str(tmp_path / "traces"))
     assert [Path(p).name for p in paths] == [f"rank{r}.trace.json.gz" for r in range(4)]
@@ -194,6 +196,7 @@ def test_a_replayed_store_round_trips_through_ingest(tmp_path, tiny_dir):
     assert _store_sql(back, "SELECT count(*) FROM memory")[0][0] > 0
 
 
+@pytest.mark.slow  # merged Chrome traces of whole runs
 @pytest.mark.parametrize("rel", ["hta/critical_path/simple_add", "hta/nccl_parser_config"])
 def test_shared_gpu_traces_round_trip(rel, tmp_path):
     """Real GPU traces (kernels, memcpys, ac2g flows, collectives; old-style absolute µs times):

@@ -10,6 +10,8 @@ import tracekit
 
 from .conftest import REPO, shared_trace_dir
 
+pytestmark = pytest.mark.slow  # replays every bundled and shared trace
+
 SAMPLES = sorted(p.name for p in (REPO / "sample_traces").iterdir() if p.is_dir())
 SHARED = ["astra-sim/megatron_tp8", "hta/df_index_resolver", "hta/trace_filter", "tracelens/b200_eager",
           "hta/critical_path/alexnet", "hta/critical_path/simple_add", "hta/critical_path/cuda_event_sync",

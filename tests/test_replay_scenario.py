@@ -3,18 +3,24 @@ model, and a bad file fails with one line naming the file, the key and what is a
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import re
 import sys
+import tomllib
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from replay.compute import ComputeModel
+from replay.compute import ComputeModel, Speedup
 from replay.failures import Strategy
-from replay.network import MeasuredComm, WhatIfComm, AlphaBetaModel
-from replay.optical import OpticalModel
-from replay.scenario import Scenario, ScenarioError, load_scenario
+from replay.network import AlphaBetaModel, LinkOverride, MeasuredComm, WhatIfComm
+from replay.optical import OpticalModel, Phase
+from replay.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
+from replay.specs import SCHEMA, ComputeSpec, FailuresSpec, NetworkSpec, OpticalSpec, ParallelismSpec
 from tracekit.errors import TracekitError
+
+from .conftest import REPO
 
 
 def write(tmp_path, text, name="scen.toml"):
@@ -43,7 +49,7 @@ def colls():
 def test_simplest_file_works_as_written(tmp_path):
     sc = load_scenario(write(tmp_path, "[network]\nbandwidth_scale = 4.0\n", "faster.toml"))
     assert sc.name == "faster" and sc.seed == 0
-    assert sc.optical is None and sc.failures is None and sc.parallelism is None
+    assert sc.optical is None and sc.failures is None and sc.parallelism == ParallelismSpec()
     df = colls()
     model = sc.comm_model(sc.calibrate(df))
     assert isinstance(model, WhatIfComm) and model.bandwidth_scale == 4.0
@@ -61,6 +67,16 @@ def test_identity_changes_nothing():
                           "stream": pd.array([None, 7], dtype="Int64"), "gpu_kind": [None, "kernel"],
                           "kernel_class": [None, "compute"], "dur_ns": [123, 456]})
     assert sc.compute_model().node_durations(nodes).tolist() == [123, 456]
+
+
+def test_empty_sections_are_the_default_specs():
+    sc = scenario_from_dict({"network": {}, "compute": {}, "parallelism": {}}, "s.toml")
+    assert (sc.network, sc.compute, sc.parallelism) == (NetworkSpec(), ComputeSpec(), ParallelismSpec())
+    assert sc == Scenario(name="s", source="s.toml")
+    assert not sc.needs_calibration and not sc.network.changes_network and not sc.parallelism.changes_layout
+    # [optical] and [failures] say something by being there: a switch that never reconfigures, goodput figures
+    both = scenario_from_dict({"optical": {}, "failures": {}}, "s.toml")
+    assert both.optical == OpticalSpec() and both.failures == FailuresSpec()
 
 
 FULL = """
@@ -137,13 +153,15 @@ def test_full_file_builds_every_model(tmp_path):
     assert isinstance(sc.failures.strategy, Strategy) and sc.failures.strategy.redundancy_overhead == 0.05
     r = sc.failures.goodput(step_ns=4e9)
     assert r.strategy == "redundant" and r.seed == 7 and r.mc_trials == 50
-    assert sc.parallelism == {"dp": 128, "tp": 8, "pp": 16, "micro_batches": 32}
+    assert sc.parallelism == ParallelismSpec(dp=128, tp=8, pp=16, micro_batches=32)
 
 
 def test_yaml_same_as_toml(tmp_path):
     pytest.importorskip("yaml")
     y = load_scenario(write(tmp_path, "network:\n  bandwidth_scale: 4.0\ncompute:\n  rank_slowdown: {3: 2.0}\n", "s.yaml"))
-    assert y.network == {"bandwidth_scale": 4.0} and y.compute["rank_slowdown"] == {3: 2.0}
+    assert y.network == NetworkSpec(bandwidth_scale=4.0) and y.compute.rank_slowdown == {3: 2.0}
+    t = load_scenario(write(tmp_path, "[network]\nbandwidth_scale = 4.0\n[compute.rank_slowdown]\n3 = 2.0\n", "s.toml"))
+    assert (y.network, y.compute) == (t.network, t.compute)
 
 
 def test_yaml_without_pyyaml_says_what_to_do(tmp_path, monkeypatch):
@@ -260,3 +278,75 @@ def test_nccl_tests_calibration_from_scenario(tmp_path):
     assert base.links["inter_node"].bandwidth_gbps == pytest.approx(45.0, rel=1e-3)
     with pytest.raises(ScenarioError, match="no nccl-tests rows"):
         sc.calibrate(colls(), nccl_tests=nt.iloc[:0])
+
+
+# ---- docs/whatif_models.md's key table is the specs' (keys and defaults)
+
+def _schema_rows(schema, table=(), array=False):
+    """(section as the docs write it, key) for every key of the schema."""
+    label = "top" if not table else (f"[[{'.'.join(table)}]]" if array else f"[{'.'.join(table)}]")
+    for k, rule in schema.items():
+        if isinstance(rule, dict):
+            if all(isinstance(v, dict) for v in rule.values()):  # one sub-table per link class
+                yield from _schema_rows(next(iter(rule.values())), table + (k, "<class>"))
+            else:
+                yield from _schema_rows(rule, table + (k,))
+        elif isinstance(rule, tuple) and rule[0] == "array":
+            yield from _schema_rows(rule[1], table + (k,), array=True)
+        elif isinstance(rule, tuple) and rule[0] == "map":
+            yield f"[{'.'.join(table + (k,))}]", '"<rank>"'
+        else:
+            yield label, k
+
+
+def _doc_rows():
+    text = (REPO / "docs" / "whatif_models.md").read_text()
+    body = text[text.index("## 5. Scenario files"):]
+    rows = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1].startswith("`") and cells[0] != "section":
+            rows[(cells[0].strip("`"), cells[1].strip("`"))] = cells[3]
+    return rows
+
+
+def _literal(cell):
+    """The default a cell states as a TOML value in backticks, or None when it says it in words."""
+    m = re.match(r"`([^`]*)`", cell)
+    if not m:
+        return None
+    try:
+        return tomllib.loads(f"v = {m.group(1)}")["v"]
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+SECTION_SPECS = {"top": Scenario, "[network]": NetworkSpec, "[network.links.<class>]": LinkOverride,
+                 "[compute]": ComputeSpec, "[[compute.speedup]]": Speedup, "[optical]": OpticalSpec,
+                 "[[optical.phase]]": Phase, "[failures]": FailuresSpec, "[parallelism]": ParallelismSpec}
+
+
+def _spec_default(section, key):
+    cls = SECTION_SPECS.get(section)
+    for f in dataclasses.fields(cls) if cls else ():
+        if (f.metadata.get("key") or f.name) == key:
+            if f.default is not dataclasses.MISSING:
+                v = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                v = f.default_factory()
+            else:
+                return "required"
+            return v.kind if isinstance(v, Strategy) else (list(v) if isinstance(v, tuple) else v)
+    return "not a field"  # e.g. a strategy's parameter: the strategy's own default
+
+
+def test_documented_keys_and_defaults_are_the_specs():
+    doc = _doc_rows()
+    keys = set(_schema_rows(SCHEMA))
+    assert set(doc) == keys, (set(doc) - keys, keys - set(doc))
+    for (section, key), cell in doc.items():
+        stated, spec = _literal(cell), _spec_default(section, key)
+        if stated is not None:
+            assert stated == spec, (section, key, cell, spec)
+        elif (section, key) != ("top", "name"):  # a file's name defaults to its stem, Scenario()'s to "identity"
+            assert spec in (None, "required", "not a field"), (section, key, cell, spec)

@@ -341,6 +341,7 @@ def test_gpu_steps_memory_and_args_on_a_tiny_trace(tiny_dir, tmp_path):
         assert len(b.analyze("kernel_breakdown")) > 0
 
 
+@pytest.mark.slow  # a shared GPU trace
 def test_gpu_trace_from_the_shared_set(tmp_path):
     """A real GPU trace with steps, kernels, collectives: steps' GPU spans, gpu_args, comm_args."""
     d = shared_trace_dir("hta/nccl_parser_config")

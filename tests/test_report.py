@@ -183,6 +183,7 @@ def check_rendered(browser: Browser, page: Path, shot: Path) -> dict:
     return state
 
 
+@pytest.mark.slow  # renders the report in chromium
 def test_report_renders_in_chromium_gloo_sample(tmp_path, browser):
     page = build_report(REPO / "sample_traces" / "ddp4_loopback", tmp_path, "ddp4")
     assert page.stat().st_size > 1_000_000  # plotly.js is inlined, not fetched
@@ -196,6 +197,7 @@ def test_report_renders_in_chromium_gloo_sample(tmp_path, browser):
     assert by_name["memory_timeline"]["empty"]
 
 
+@pytest.mark.slow  # renders the report in chromium
 def test_report_renders_in_chromium_nccl_trace(tmp_path, browser, shared):
     page = build_report(shared("astra-sim/megatron_tp8"), tmp_path, "megatron")
     state = check_rendered(browser, page, tmp_path / "megatron.png")
@@ -204,6 +206,7 @@ def test_report_renders_in_chromium_nccl_trace(tmp_path, browser, shared):
     assert not by_name["collective_skew"]["empty"]
 
 
+@pytest.mark.slow  # renders the report in chromium
 def test_report_with_scenarios_has_predicted_vs_measured(tmp_path, browser):
     fast = tmp_path / "links4x.toml"
     fast.write_text("[network]\nbandwidth_scale = 4.0\n")

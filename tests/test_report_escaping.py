@@ -31,6 +31,7 @@ def hostile_trace(tmp_path):
     return d
 
 
+@pytest.mark.slow  # builds two HTML reports
 def test_hostile_kernel_names_do_not_run(tmp_path):
     page = build_report(hostile_trace(tmp_path), tmp_path, "hostile",
                         "--title", "</title><script>window.__pwned='title'</script>")

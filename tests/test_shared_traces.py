@@ -11,6 +11,8 @@ import tracekit
 from .conftest import SHARED_TRACES
 from .roundtrip import load_source_events, normalise_source, store_events
 
+pytestmark = pytest.mark.slow  # ingests and round-trips the large shared traces
+
 # trace dirs (relative to ../shared/traces) -> how ranks are found
 TRACE_DIRS = {
     "astra-sim/megatron_tp8": "auto",

@@ -74,6 +74,7 @@ ingest(sys.argv[1], sys.argv[2], jobs=1, force=True, progress=False)
 """
 
 
+@pytest.mark.slow  # kills ingest processes mid-write
 @pytest.mark.parametrize("delay_s", [0.05, 0.3, 0.8])
 def test_kill_9_during_ingest_keeps_previous_store(tmp_path, delay_s):
     d = tmp_path / "t"

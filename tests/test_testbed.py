@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 
 import pytest
@@ -10,7 +11,7 @@ from tracekit import testbed
 from tracekit.testbed import Testbed, TestbedError, list_namespaces
 
 _why = testbed.unavailable_reason()
-pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why is not None, reason=_why or "")]  # slow: network namespaces joined by shaped links
 
 
 def _prefix(tag: str) -> str:
@@ -80,7 +81,9 @@ def test_demo_job_on_a_bridged_testbed_with_a_slow_link(tmp_path):
     assert [link["rate_mbit"] for link in doc["testbed"]["links"]] == [400, 400, 50]
     assert doc["testbed"]["topology"] == "bridge"
     assert all(r["net_ifname"] == "tk0" for r in doc["ranks"])
-    assert tracekit.open(str(tmp_path / "tb")).sql("SELECT count(*) AS n FROM ranks")["n"][0] == 3
+    # the traces themselves say which host each rank ran on (Kineto's host_name)
+    hosts = tracekit.open(str(tmp_path / "tb")).sql("SELECT hostname FROM ranks ORDER BY rank")["hostname"]
+    assert hosts.tolist() == ["testbed-h0", "testbed-h1", "testbed-h2"]
     assert [ns for ns in list_namespaces("tk-") if ns.startswith(f"tk-{os.getpid()}-")] == []
 
 
@@ -91,7 +94,10 @@ def test_run_all_stops_the_others_when_one_command_fails():
         t0 = time.monotonic()
         results = tb.run_all([(0, ["sh", "-c", "echo oops >&2; exit 3"]), (1, ["sleep", "30"])], timeout_s=60)
         took_s = time.monotonic() - t0
-        ok = tb.run_all([(h.index, ["sh", "-c", "echo $TRACEKIT_HOST_LABEL $GLOO_SOCKET_IFNAME"]) for h in tb.hosts])
+        ok = tb.run_all([(h.index, ["sh", "-c", "echo $TRACEKIT_HOST_LABEL $GLOO_SOCKET_IFNAME $(hostname)"])
+                         for h in tb.hosts])
     assert results[0] == (3, "", "oops\n")
     assert results[1][0] != 0 and took_s < 20
-    assert [out for _code, out, _err in ok] == ["testbed-h0 tk0\n", "testbed-h1 tk0\n"]
+    # each host has its own hostname (a UTS namespace), the machine's is untouched
+    assert [out for _code, out, _err in ok] == ["testbed-h0 tk0 testbed-h0\n", "testbed-h1 tk0 testbed-h1\n"]
+    assert socket.gethostname() not in ("testbed-h0", "testbed-h1")

@@ -30,6 +30,7 @@ def _job_step(result, col="predicted_step_ns"):
     return result.summary()[col].max()
 
 
+@pytest.mark.slow  # replays recorded runs under what-ifs
 @pytest.mark.parametrize("src, doc, dst, target_pct", [
     ("ddp2_2hosts_100mbit", {"network": {"bandwidth_scale": 4.0}}, "ddp2_2hosts_400mbit", 5.0),
     ("ddp2_2hosts_400mbit", {"network": {"bandwidth_scale": 0.25}}, "ddp2_2hosts_100mbit", 5.0),
@@ -95,7 +96,7 @@ def test_cli_whatif_simplest_file_as_written(tmp_path):
     res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "ddp2_2hosts_100mbit"), str(s), "--store",
                                    str(tmp_path / "st"), "--format", "json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # notes go to stderr
     assert len(doc) == 1 and doc[0]["scenario"] == "s"
     assert {"scenario", "measured_step_ns", "predicted_step_ns", "change_pct"} <= set(doc[0])
     assert doc[0]["change_pct"] < -50
@@ -142,14 +143,13 @@ def test_calibrated_network_model_reproduces_the_baseline(runs, name):
     times): the mean step per rank within 2%. (The model gives each transfer's expected cost, not its
     noise, so single steps move by a few % either way; the median of 5 can too.)"""
     from replay.network import WhatIfComm, calibrate
+    from replay.scenario import Scenario
 
-    class Calibrated:
-        name, seed, parallelism = "calibrated", 0, None
-
-        def comm_model(self, colls):
+    class Calibrated(Scenario):
+        def comm_model(self, colls, **kw):
             return WhatIfComm(calibrate(colls), mode="absolute")
 
-    r = replay.run(runs[name], Calibrated())
+    r = replay.run(runs[name], Calibrated(name="calibrated"))
     s = r.steps[~r.steps.is_last]
     m = s.groupby("rank")[["measured_step_ns", "predicted_step_ns"]].mean()
     err = (m.predicted_step_ns - m.measured_step_ns).abs() / m.measured_step_ns * 100

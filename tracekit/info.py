@@ -49,7 +49,7 @@ def run_info(run) -> dict:
         "per_rank": per_rank,
         "categories": categories,
         "skipped": {k: skip_reason(v) for k, v in m.skipped.items()},
-        "flight_recorder_dumps": sorted(src for src, e in m.sources.items() if e.kind != "trace"),
+        "flight_recorder_dumps": sorted(src for src, e in m.sources.items() if e.kind not in ("trace", "run_manifest")),
         "warnings": warnings,
         "notes": notes,
     }

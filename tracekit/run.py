@@ -5,6 +5,7 @@ import os
 from typing import Any
 
 from .errors import StoreError, TracekitError
+from .extensions import provider
 from .store import Store, default_store_dir
 from .store.manifest import MANIFEST
 
@@ -75,19 +76,22 @@ class Run:
     def ranks(self) -> list[int]:
         return self.store.ranks
 
+    def run_manifest(self) -> dict:
+        """The run's run.json (job shape, per-rank hosts, parallel layout, measured step times) as ingested
+        into the store; {} when the trace directory had none. Read from the store, never the trace
+        directory, so a store moved away from its traces still has it."""
+        return self.store.run_manifest()
+
     def analyze(self, name: str, **params):
         """Run analysis NAME (see `tracekit analyze --list`) on this run; returns a DataFrame."""
-        from analyses.registry import run_analysis
-
-        return run_analysis(self, name, **params)
+        # the analyses sit above the core: reached through their extension point, never imported here
+        return provider("analyze")(self, name, **params)
 
     @property
     def plot(self):
         """Figures of this run's analyses: run.plot.step_time(), run.plot.top_kernels(), ...
         (needs the `report` extra: plotly)."""
-        from .report.accessor import PlotAccessor
-
-        return PlotAccessor(self)
+        return provider("plot")(self)
 
     def info(self) -> dict:
         from .info import run_info

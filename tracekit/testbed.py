@@ -44,14 +44,22 @@ class Host:
     ifname: str = IFNAME
     rate_mbit: float | None = None
 
+    @property
+    def hostname(self) -> str:
+        return f"testbed-h{self.index}"
+
     def exec_argv(self, argv: list[str]) -> list[str]:
-        """argv that runs `argv` inside this host."""
-        return ["ip", "netns", "exec", self.netns, *argv]
+        """argv that runs `argv` inside this host, under the host's own hostname: a UTS namespace of its
+        own, so that what the program records (a Kineto trace's `host_name`, run.json) tells hosts apart
+        the way separate machines would (network namespaces alone share the machine's hostname)."""
+        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                self.hostname, *argv]
 
     def env(self) -> dict[str, str]:
-        """Environment that makes gloo (and NCCL's socket transport) use the testbed link, and
-        names the host in run.json (namespaces share the machine's hostname)."""
-        return {"TRACEKIT_HOST_LABEL": f"testbed-h{self.index}", "GLOO_SOCKET_IFNAME": self.ifname, "NCCL_SOCKET_IFNAME": self.ifname, "TP_SOCKET_IFNAME": self.ifname}
+        """Environment that makes gloo (and NCCL's socket transport) use the testbed link, and names the
+        host in run.json."""
+        return {"TRACEKIT_HOST_LABEL": self.hostname, "GLOO_SOCKET_IFNAME": self.ifname,
+                "NCCL_SOCKET_IFNAME": self.ifname, "TP_SOCKET_IFNAME": self.ifname}
 
 
 def unavailable_reason() -> str | None:
@@ -61,6 +69,8 @@ def unavailable_reason() -> str | None:
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
             return f"the testbed needs iproute2 ('{tool}' not found; apt-get install iproute2)"
+    if shutil.which("unshare") is None:
+        return "the testbed needs util-linux's unshare (each host's own hostname; apt-get install util-linux)"
     try:
         probe = f"tk-probe-{os.getpid()}"
         _run(["ip", "netns", "add", probe])

@@ -52,10 +52,8 @@ def load(run, ranks) -> Loaded:
 def _hosts(run) -> pd.DataFrame:
     """rank -> host. Testbed namespaces share the machine's hostname, so run.json's per-rank `host`
     label, when there is one, names the host a rank ran on."""
-    from tracekit.capture.manifest import read
-
     hosts = run.sql("SELECT rank, hostname FROM ranks ORDER BY rank")
-    label = {int(r["rank"]): r["host"] for r in read(getattr(run, "trace_dir", None)).get("ranks") or []
+    label = {int(r["rank"]): r["host"] for r in run.run_manifest().get("ranks") or []
              if isinstance(r, dict) and r.get("host") is not None and r.get("rank") is not None}
     if label:
         hosts["hostname"] = [label.get(int(r), h) for r, h in zip(hosts["rank"], hosts.hostname)]

@@ -6,5 +6,6 @@ reported as a TracekitError naming the `capture` extra.
 from __future__ import annotations
 
 from .session import ENV_OUT_DIR, profile, trace_name
+from .teardown import end_process
 
-__all__ = ["profile", "trace_name", "ENV_OUT_DIR"]
+__all__ = ["profile", "trace_name", "ENV_OUT_DIR", "end_process"]

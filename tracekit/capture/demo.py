@@ -19,6 +19,7 @@ import time
 
 from ..errors import TracekitError
 from ._torch import require_torch
+from .teardown import end_process
 
 DEFAULT_PORT = 29521
 WORKER_TIMEOUT_S = 900
@@ -144,6 +145,7 @@ def _demo_meta(cfg: DemoConfig) -> dict:
 
 def _spawn_entry(rank: int, cfg: DemoConfig) -> None:
     train_rank(cfg, rank)
+    end_process(0)  # no interpreter teardown for gloo's surviving worker threads to race (teardown.py)
 
 
 # ---- launching ---------------------------------------------------------------------------------
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.worker_rank is not None:  # one rank inside a testbed host, started by _run_on_testbed
         train_rank(DemoConfig(**json.loads(a.worker_config)), a.worker_rank)
-        return 0
+        end_process(0)  # as _spawn_entry
     if not a.out:
         ap.error("--out is required")
     try:

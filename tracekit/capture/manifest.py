@@ -88,24 +88,21 @@ def write(out_dir: str, manifest: dict) -> str:
     return path
 
 
-def read(trace_dir: str | None) -> dict:
-    """The run manifest (run.json) of a trace directory; {} when there is none. A file that exists but
-    cannot be read is an error naming it."""
-    import json
+def read(path: str) -> dict:
+    """A run manifest file (run.json) as a dict. A file that cannot be read, or that does not hold a JSON
+    object, is a TraceFileError naming it. Ingest reads it into the store; everything after reads the store."""
+    from ..errors import TraceFileError
 
-    if not trace_dir:
-        return {}
-    path = os.path.join(trace_dir, MANIFEST_NAME)
-    if not os.path.isfile(path):
-        return {}
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError) as e:
-        from ..errors import TracekitError
-
-        raise TracekitError(f"{path}: cannot read the run manifest: {e}") from None
-    return doc if isinstance(doc, dict) else {}
+        raise TraceFileError(path, f"cannot read the run manifest: {e}") from None
+    except RecursionError:
+        raise TraceFileError(path, "cannot read the run manifest: JSON nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise TraceFileError(path, f"cannot read the run manifest: a JSON {type(doc).__name__}, not an object")
+    return doc
 
 
 def _device_name(torch) -> str:

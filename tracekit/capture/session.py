@@ -30,7 +30,8 @@ class profile:  # noqa: N801 - used like torch.profiler.profile
     run unprofiled (they are still timed). Every iteration is timed with a wall clock outside the
     profiler. On exit each rank writes `rank<R>.trace.json.gz` and `rank<R>.fr.json`, and rank 0
     writes `run.json`. Leave the block before `destroy_process_group()`: rank 0 gathers the
-    manifest over the process group.
+    manifest over the process group. A DDP job on gloo should end each rank with
+    `tracekit.capture.end_process()` after `destroy_process_group()` (capture/teardown.py says why).
 
     `out_dir` defaults to $TRACEKIT_OUT_DIR (set by `tracekit record`).
     """

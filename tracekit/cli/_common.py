@@ -1,22 +1,23 @@
-"""Shared CLI pieces: the --format option, table/CSV/JSON output, error handling."""
+"""Shared CLI pieces: the --format option, table/CSV/JSON output (the contract is tracekit.output),
+notes on stderr, error handling."""
 from __future__ import annotations
 
 import functools
 import io
-import json
-import math
-import sys
 
 import click
 
 from ..errors import TracekitError
+from ..output import human, json_value, to_json, unit_of
 
 FORMATS = ("table", "csv", "json")
 
 
-def format_option(default: str = "table"):
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), default=default, show_default=True,
-                        help="Output format: an aligned table for people, CSV or JSON for scripts.")
+def format_option(formats: tuple[str, ...] = FORMATS):
+    scripts = " or ".join(f.upper() for f in formats if f != "table")
+    return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True,
+                        help=f"Output format: an aligned table for people (human units), {scripts} for scripts "
+                             "(raw numbers, the unit in the column name).")
 
 
 def store_option():
@@ -45,23 +46,11 @@ class _Fail(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
-def _jsonable(v):
-    if v is None:
-        return None
-    if hasattr(v, "item"):  # numpy scalars
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    return v
-
-
 def emit(df, fmt: str) -> None:
-    """Print a DataFrame as a table, CSV or JSON (a list of row objects)."""
+    """Print a DataFrame as a table (human units, see tracekit.output), CSV or JSON (a list of row
+    objects); CSV and JSON keep the raw numbers."""
     if fmt == "json":
-        rows = [{k: _jsonable(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
-        click.echo(json.dumps(rows, indent=1, default=str))
+        click.echo(to_json(df))
     elif fmt == "csv":
         buf = io.StringIO()
         df.to_csv(buf, index=False)
@@ -70,39 +59,54 @@ def emit(df, fmt: str) -> None:
         click.echo(render_table(df))
 
 
+def emit_result(df, fmt: str) -> None:
+    """A library result: its note (df.attrs["note"]) on stderr, then the frame on stdout."""
+    echo_notes([df.attrs["note"]] if df.attrs.get("note") else [])
+    emit(df, fmt)
+
+
 def render_table(df) -> str:
     if df.empty:
         return "(no rows)\n" + "  ".join(str(c) for c in df.columns)
     cols = [str(c) for c in df.columns]
-    cells = [[_cell(v) for v in row] for row in df.itertuples(index=False, name=None)]
+    units = [unit_of(c) for c in cols]
+    raw = [[json_value(v) for v in row] for row in df.itertuples(index=False, name=None)]
+    cells = [[_cell(v, u) for v, u in zip(row, units)] for row in raw]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    numeric = [all(_is_num(r[i]) for r in cells) for i in range(len(cols))]
+    numeric = [all(v is None or _is_num(v) for v in (r[i] for r in raw)) for i in range(len(cols))]
     fmt = lambda vals: "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, numeric)).rstrip()  # noqa: E731
     lines = [fmt(cols), "  ".join("-" * w for w in widths)] + [fmt(r) for r in cells]
     return "\n".join(lines)
 
 
-def _cell(v) -> str:
-    v = _jsonable(v)
+def _cell(v, unit: str | None) -> str:
     if v is None:
         return ""
+    shown = human(v, unit)
+    if shown is not None:
+        return shown
     if isinstance(v, float):
         return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.0f}"
     s = str(v)
     return s if len(s) <= 80 else s[:77] + "..."
 
 
-def _is_num(s: str) -> bool:
+def _is_num(v) -> bool:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return True
     try:
-        float(s)
+        float(str(v))
         return True
     except ValueError:
-        return s == ""
+        return False
 
 
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()
+def echo_notes(notes, label: str = "note") -> None:
+    """Notes (what a result means, what was assumed) go to stderr in every format, so stdout
+    stays the result alone."""
+    for note in notes:
+        echo_err(f"{label}: {note}")

@@ -6,7 +6,7 @@ import inspect
 import click
 
 from ..errors import TracekitError
-from ._common import echo_err, emit, fail_cleanly, format_option, store_option
+from ._common import emit, emit_result, fail_cleanly, format_option, store_option
 
 
 @click.command("analyze")
@@ -81,10 +81,7 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
     elif against is not None:
         raise TracekitError(f"--against: not an option of {name}")
     df = analysis.func(run, **kwargs)
-    note = df.attrs.get("note")
-    if note:
-        echo_err(f"note: {note}")
-    emit(df, fmt)
+    emit_result(df, fmt)
 
 
 def _coerce(raw: str, param: inspect.Parameter, key: str):

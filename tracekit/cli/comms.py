@@ -2,11 +2,10 @@
 flight-recorder checks). Thin commands over analyses/comms.py."""
 from __future__ import annotations
 
-import json
-
 import click
 
-from ._common import _jsonable, echo_err, emit, fail_cleanly, format_option, store_option
+from ..output import rate, size, to_json
+from ._common import echo_err, emit_result, fail_cleanly, format_option, store_option
 
 _trace_dir = click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
 _aligned = click.option("--aligned", is_flag=True,
@@ -18,17 +17,6 @@ def _open(trace_dir, store):
     import tracekit
 
     return tracekit.open(trace_dir, store)
-
-
-def _emit(df, fmt):
-    import pandas as pd
-
-    note = df.attrs.get("note")
-    if note:
-        echo_err(f"note: {note}")
-    # pandas' NA is not JSON: null it (lists stay lists)
-    df = df.astype(object).where(df.map(lambda v: isinstance(v, list) or not pd.isna(v)), None)
-    emit(df, fmt)
 
 
 @click.group("comms", context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,7 +67,7 @@ def collectives_cmd(trace_dir, store, fmt, per_rank, rank, op, aligned):
                 "algbw_gbps", "busbw_gbps", "complete"] if not per_rank else [
                 "rank", "match_key", "op", "bytes", "timeline", "start_ns", "dur_ns", "arrival_delay_ns", "wait_ns"]
         df = df[[c for c in keep if c in df.columns]]
-    _emit(df, fmt)
+    emit_result(df, fmt)
 
 
 @comms_group.command("stragglers")
@@ -111,7 +99,7 @@ def stragglers_cmd(trace_dir, store, fmt, by_step, aligned):
             echo_err(f"straggler: rank {row.rank} arrived last at {row.late_count} of {row.collectives} collectives, "
                      f"{row.avg_delay_ns / 1e6:.2f} ms late on average, costing the others "
                      f"{row.caused_wait_ns / 1e6:.1f} ms of waiting")
-    _emit(df, fmt)
+    emit_result(df, fmt)
 
 
 @comms_group.command("check")
@@ -141,18 +129,15 @@ def check_cmd(trace_dir, store, fmt):
     issues = comms.comms_check(run)
     last = comms.comms_last_completed(run)
     if fmt == "json":
-        def rows(df):
-            return [{k: _jsonable(v) for k, v in r.items()} for r in df.astype(object).where(df.notna(), None)
-                    .to_dict(orient="records")]
-        click.echo(json.dumps({"issues": rows(issues), "last_completed": rows(last)}, indent=1, default=str))
+        click.echo(to_json({"issues": issues, "last_completed": last}))
         return
     if issues.empty:
         click.echo("flight recorder: every rank joined every collective it could have, with the same op, size and dtype")
     else:
         click.echo(f"flight recorder: {len(issues)} problem(s)")
-        _emit(issues, fmt)
+        emit_result(issues, fmt)
     click.echo("")
-    _emit(last, fmt)
+    emit_result(last, fmt)
 
 
 @comms_group.command("align")
@@ -174,7 +159,7 @@ def align_cmd(trace_dir, store, fmt):
     """
     from analyses import comms
 
-    _emit(comms.clock_offsets(_open(trace_dir, store)), fmt)
+    emit_result(comms.clock_offsets(_open(trace_dir, store)), fmt)
 
 
 @comms_group.command("bandwidth")
@@ -205,9 +190,9 @@ def bandwidth_cmd(trace_dir, store, fmt, op, below_ref_pct, aligned):
     df = comms.bandwidth_report(_open(trace_dir, store), op, below_ref_pct=below_ref_pct, aligned=aligned)
     if fmt == "table":
         for row in df[df["below_ref_count"] > 0].itertuples():
-            echo_err(f"below reference: {row.below_ref_count} {row.op} collective(s) of ~{row.size_bucket_bytes} B "
-                     f"at {row.busbw_vs_ref_pct:.0f}% of nccl-tests busbw ({row.ref_busbw_gbps:.2f} GB/s)")
-    _emit(df, fmt)
+            echo_err(f"below reference: {row.below_ref_count} {row.op} collective(s) of ~{size(row.size_bucket_bytes)} "
+                     f"at {row.busbw_vs_ref_pct:.0f}% of nccl-tests busbw ({rate(row.ref_busbw_gbps)})")
+    emit_result(df, fmt)
 
 
 @comms_group.command("exposed")
@@ -234,4 +219,4 @@ def exposed_cmd(trace_dir, store, fmt, rank, step):
     """
     from analyses.exposed_comm import exposed_comm
 
-    _emit(exposed_comm(_open(trace_dir, store), rank, step), fmt)
+    emit_result(exposed_comm(_open(trace_dir, store), rank, step), fmt)

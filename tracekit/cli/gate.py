@@ -51,10 +51,11 @@ def gate_cmd(baseline, candidate, config_path, baseline_store, candidate_store, 
     result = compare(base_run, cand_run, cfg, prediction=prediction)
     if fmt == "json":
         click.echo(render.to_json(result))
+    elif fmt == "csv":  # raw numbers, one column per field of the result (the unit in its own column)
+        emit(result.table(), fmt)
     else:
         emit(pd.DataFrame(render.summary_rows(result)), fmt)
-        if fmt == "table":
-            click.echo(f"\ngate: {render.verdict(result)} ({len(result.failed)} of {len(result.metrics)} metrics failed)")
+        click.echo(f"\ngate: {render.verdict(result)} ({len(result.failed)} of {len(result.metrics)} metrics failed)")
     for path, option, text in ((markdown_path, "--markdown", lambda: render.markdown(result, baseline, candidate)),
                                (junit_path, "--junit", lambda: render.junit(result)),
                                (json_path, "--json", lambda: render.to_json(result) + "\n")):

@@ -1,11 +1,10 @@
 """`tracekit ingest` and `tracekit info`."""
 from __future__ import annotations
 
-import json
-
 import click
 
-from ._common import echo_err, emit, fail_cleanly, store_option
+from ..output import duration, to_json
+from ._common import echo_err, echo_notes, emit, fail_cleanly, format_option, store_option
 
 
 @click.command("ingest")
@@ -46,8 +45,7 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, executor, skip_bad, force, qui
                executor=executor,
                on_wait=lambda: echo_err("waiting for another tracekit ingest of this store to finish ..."))
     for source, warnings in r.warnings.items():
-        for w in warnings:
-            echo_err(f"warning: {source}: {w}")
+        echo_notes(warnings, f"warning: {source}")
     for source, why in r.failed.items():
         echo_err(f"skipped unreadable trace {source}: {why}")
     if not quiet:
@@ -61,13 +59,12 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, executor, skip_bad, force, qui
 @click.command("info")
 @click.argument("trace_dir", type=click.Path(exists=True, file_okay=False))
 @store_option()
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text for people, json for scripts.")
+@format_option(("table", "json"))
 @fail_cleanly
 def info_cmd(trace_dir, store, fmt):
     """Summarise a run: ranks, world size, devices, steps, time span, event counts, warnings.
 
-    Ingests new or changed traces first.
+    Ingests new or changed traces first. Notes and warnings go to stderr.
 
     \b
     Example:
@@ -76,15 +73,10 @@ def info_cmd(trace_dir, store, fmt):
     """
     import tracekit
 
-    from ._common import _jsonable
-
     run = tracekit.open(trace_dir, store)
     info = run.info()
     if fmt == "json":
-        out = {k: v for k, v in info.items() if k not in ("per_rank", "categories")}
-        out["per_rank"] = [{k: _jsonable(v) for k, v in r.items()} for r in info["per_rank"].to_dict(orient="records")]
-        out["categories"] = [{k: _jsonable(v) for k, v in r.items()} for r in info["categories"].to_dict(orient="records")]
-        click.echo(json.dumps(out, indent=1, default=str))
+        click.echo(to_json(info))
         return
     ws = info["world_size"]
     click.echo(f"trace dir:  {info['trace_dir']}")
@@ -93,7 +85,7 @@ def info_cmd(trace_dir, store, fmt):
     click.echo(f"devices:    {', '.join(info['devices']) or 'none (CPU-only trace)'}")
     click.echo(f"steps:      {info['steps']}")
     if info["first_ts_ns"] is not None:
-        click.echo(f"time span:  {(info['last_end_ns'] - info['first_ts_ns']) / 1e6:.3f} ms")
+        click.echo(f"time span:  {duration(info['last_end_ns'] - info['first_ts_ns'])}")
     click.echo(f"events:     {info['event_count']}")
     click.echo("")
     cols = ["rank", "source_file", "rank_source", "steps", "event_count", "cpu_ops", "kernels", "gpu_ops",
@@ -101,11 +93,9 @@ def info_cmd(trace_dir, store, fmt):
     emit(info["per_rank"][cols], "table")
     click.echo("")
     emit(info["categories"], "table")
-    for note in info["notes"]:
-        click.echo(f"note: {note}")
+    echo_notes(info["notes"])
     for src, ws_ in info["warnings"].items():
-        for w in ws_:
-            click.echo(f"warning: {src}: {w}")
+        echo_notes(ws_, f"warning: {src}")
     if info["flight_recorder_dumps"]:
         click.echo(f"flight-recorder dumps: {len(info['flight_recorder_dumps'])} (see tracekit comms check)")
     if info["skipped"]:
@@ -126,10 +116,3 @@ def _ranges(ranks: list[int]) -> str:
         out.append(f"{start}-{prev}" if prev != start else str(start))
     return ", ".join(out) or "none"
 
-
-def _devices(info: dict) -> str:
-    if info["devices"]:
-        return ", ".join(info["devices"])
-    if int(info["per_rank"]["gpu_ops"].sum()):
-        return "unknown (the traces have GPU activity but no deviceProperties)"
-    return "none (no GPU activity in the traces)"

@@ -1,12 +1,12 @@
 """`tracekit replay`: re-time a run with the discrete-event engine (baseline or one scenario)."""
 from __future__ import annotations
 
-import json
 import os
 
 import click
 
-from ._common import emit, fail_cleanly, format_option, store_option
+from ..output import to_json
+from ._common import echo_notes, emit, fail_cleanly, format_option, store_option
 
 
 def parse_ranks(text: str | None):
@@ -83,20 +83,18 @@ def replay_cmd(trace_dir, scenario, out, ranks, show_steps, fold, fmt, store):
             from replay.chrome import write_chrome_trace
 
             write_chrome_trace(written, os.path.join(written, CHROME_TRACE))
+    d = result.to_dict()
+    echo_notes(d["notes"])
     if fmt == "json":
-        doc = result.to_dict()
         if show_steps:
-            doc["steps"] = json.loads(result.steps.to_json(orient="records"))
+            d["steps"] = result.steps
         if written:
-            doc["out"] = written
-        click.echo(json.dumps(doc, indent=1))
+            d["out"] = written
+        click.echo(to_json(d))
         return
     emit(result.steps if show_steps else result.summary(), fmt)
     if fmt == "table":
-        d = result.to_dict()
         click.echo(f"\n{d['nodes']:,} nodes, {d['edges']:,} edges, {d['collectives']:,} collectives; "
                    f"graph {d['build_s']:.2f} s, replay {d['replay_s']:.3f} s; worst rank error {d['error_pct']:+.2f}%")
-        for note in d["notes"]:
-            click.echo(f"note: {note}")
         if written:
             click.echo(f"wrote {written} (store) and {os.path.join(written, CHROME_TRACE)}")

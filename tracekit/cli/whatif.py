@@ -1,11 +1,9 @@
 """`tracekit whatif`: compare what-if scenarios against the measured run."""
 from __future__ import annotations
 
-import json
-
 import click
 
-from ._common import _jsonable, emit, fail_cleanly, format_option, store_option
+from ._common import echo_notes, emit, fail_cleanly, format_option, store_option
 from .replay import fold_mode
 
 
@@ -36,12 +34,7 @@ def whatif_cmd(trace_dir, scenarios, out, fold, fmt, store):
     loaded = [load_scenario(s) for s in scenarios]  # a bad file fails before any ingest or replay
     with tracekit.open(trace_dir, store=store) as run:
         df = whatif(run, loaded, out_dir=out, fold=fold_mode(fold, out))
-    if fmt == "json":
-        rows = [{k: _jsonable(v) for k, v in r.items()} for r in df.to_dict("records") if r["scenario"] != "measured"]
-        click.echo(json.dumps(rows, indent=1))
-        return
-    emit(df, fmt)
-    if fmt == "table":
-        for name, notes in df.attrs.get("notes", {}).items():
-            for note in notes:
-                click.echo(f"note ({name}): {note}")
+    for name, notes in df.attrs.get("notes", {}).items():
+        echo_notes(notes, f"note ({name})")
+    # JSON: the scenarios only (scripts compare them with the measured figures already in each row)
+    emit(df[df["scenario"] != "measured"] if fmt == "json" else df, fmt)

@@ -1,18 +1,35 @@
-"""Gate results as text for people and CI: a short table, Markdown (a CI job summary), JUnit XML
-(one test case per metric) and JSON."""
+"""Gate results as text for people and CI: a short table, Markdown (a CI job summary) and JUnit XML
+(one test case per metric), all in human units; and JSON with the raw numbers (tracekit.output)."""
 from __future__ import annotations
 
-import json
 import math
 import xml.etree.ElementTree as ET
 
+from .. import output
 from . import GateResult, MetricResult
+
+# a metric family's unit (gate.config.FAMILIES) -> tracekit.output's unit for human text
+_HUMAN_UNIT = {"ns": "ns", "bytes": "bytes", "GB/s": "gbps"}
 
 
 def _num(v, digits=4) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
     return f"{v:.{digits}g}" if abs(v) < 1e6 else f"{v:.0f}"
+
+
+def _value(v, unit: str) -> str:
+    """A value in the metric's unit, for people: 89.5 ms rather than 89478383 (ns)."""
+    shown = output.human(v, _HUMAN_UNIT.get(unit))
+    if shown is not None:
+        return shown
+    text = _num(v)
+    return f"{text} {unit}" if text and unit != "%" else f"{text}%" if text else ""
+
+
+def _threshold(m: MetricResult) -> str:
+    """A relative threshold as given ("5%"); an absolute one in the metric's unit, for people."""
+    return m.threshold if m.threshold.endswith("%") else _value(float(m.threshold), m.unit)
 
 
 def verdict(result: GateResult) -> str:
@@ -22,11 +39,11 @@ def verdict(result: GateResult) -> str:
 
 
 def summary_rows(result: GateResult) -> list[dict]:
-    """The short table: one row per metric, numbers rounded for reading."""
-    return [{"metric": m.metric, "status": m.status, "baseline": _num(m.baseline_median),
-             "candidate": _num(m.candidate_median),
+    """The short table for people: one row per metric, values in human units (89.5 ms, 1.2 GB/s)."""
+    return [{"metric": m.metric, "status": m.status, "baseline": _value(m.baseline_median, m.unit),
+             "candidate": _value(m.candidate_median, m.unit),
              "change": "" if m.change_pct is None else f"{m.change_pct:+.1f}%",
-             "threshold": m.threshold, "p_value": _num(m.p_value, 3), "n": f"{m.n_baseline}/{m.n_candidate}",
+             "threshold": _threshold(m), "p_value": _num(m.p_value, 3), "n": f"{m.n_baseline}/{m.n_candidate}",
              "note": m.note} for m in result.metrics]
 
 
@@ -61,13 +78,10 @@ def junit(result: GateResult) -> str:
 def _describe(m: MetricResult) -> str:
     change = "" if m.change_pct is None else f" ({m.change_pct:+.1f}%)"
     p = "" if m.p_value is None else f", p={m.p_value:.3g}"
-    return (f"{m.metric}: baseline median {_num(m.baseline_median)} {m.unit}, candidate {_num(m.candidate_median)}"
-            f"{change}, threshold {m.threshold}{p}; {m.note}")
+    return (f"{m.metric}: baseline median {_value(m.baseline_median, m.unit)}, candidate "
+            f"{_value(m.candidate_median, m.unit)}{change}, threshold {_threshold(m)}{p}; {m.note}")
 
 
 def to_json(result: GateResult) -> str:
-    def clean(v):
-        return None if isinstance(v, float) and not math.isfinite(v) else v
-    d = result.to_dict()
-    d["metrics"] = [{k: clean(v) for k, v in m.items()} for m in d["metrics"]]
-    return json.dumps(d, indent=1)
+    """The full result for scripts: raw numbers in each metric's unit, null where there is none."""
+    return output.to_json(result.to_dict())

@@ -24,6 +24,7 @@ import msgspec
 
 from ..errors import TraceFileError
 from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
+from ..store.sql import literal, literal_list
 from .reader import CHUNK_BYTES, TraceStream
 
 _RANK_PATTERNS = (
@@ -64,7 +65,7 @@ def _group_spec(group: str) -> tuple[str, list[str]]:
         if a.group == group:
             spec[a.key] = a.sql_type
             cols.append(f'_{group}."{a.key}" AS {a.column}')
-    return msgspec.json.encode(spec).decode().replace("'", "''"), cols
+    return literal(msgspec.json.encode(spec).decode()), cols
 
 
 def _typed_sql(exact_ts: bool = False) -> str:
@@ -87,7 +88,7 @@ def _typed_sql(exact_ts: bool = False) -> str:
     """
     spec, cols = _group_spec("common")
     transforms = (f"CASE WHEN ph <> 'M' AND name IS DISTINCT FROM '[memory]' "
-                  f"THEN json_transform(args, '{spec}') END AS _common")
+                  f"THEN json_transform(args, {spec}) END AS _common")
     # pid/tid/id are integers except in a few events (Kineto's "Spans" rows):
     # read as text, keep the integer when there is one, else the label.
     columns = ("{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', "
@@ -323,7 +324,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
             os.unlink(scratch)
 
     meta = stream.metadata
-    events = f"read_parquet({_list_sql(parts)})"
+    events = f"read_parquet({literal_list(parts)})"
     # one pass for the checks and the span the ranks row needs
     n_events, first_ts, last_end, bad = con.execute(
         f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)), "
@@ -335,7 +336,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
         first_ts, last_end = first_ts + late_base if first_ts is not None else None, \
             last_end + late_base if last_end is not None else None
         for part in parts:
-            con.sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet('{_q(part)}')").write_parquet(part + ".base", compression="zstd")
+            con.sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet({literal(part)})").write_parquet(part + ".base", compression="zstd")
             os.replace(part + ".base", part)
 
     rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank)
@@ -343,7 +344,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
     # The derived tables join and aggregate over the whole file (a launch and its kernel can be chunks
     # apart): DuckDB gets a fixed budget and spills the rest to disk, so memory does not grow with the file.
     spill = os.path.join(stage_dir, "spill")
-    con.execute(f"SET temp_directory = '{_q(spill)}'")
+    con.execute(f"SET temp_directory = {literal(spill)}")
     con.execute(f"SET memory_limit = '{DERIVED_MEMORY}'")
     try:
         staged.update(_derived_tables(con, stage_dir, events))
@@ -379,8 +380,8 @@ def _write_events(con, params: dict, text: bytes, target: str) -> None:
 def _copy_events(con, typed_sql: str, params: dict, target: str) -> None:
     # COPY through execute: a third of the per-chunk overhead of the relational API
     # (the paths are our own temp files, quoted)
-    sql = typed_sql.replace("$path", f"'{_q(params['path'])}'")
-    con.execute(f"COPY (SELECT {_CAST_EVENTS} FROM ({sql})) TO '{_q(target)}' (FORMAT parquet, COMPRESSION zstd)",
+    sql = typed_sql.replace("$path", literal(params['path']))
+    con.execute(f"COPY (SELECT {_CAST_EVENTS} FROM ({sql})) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)",
                 {k: v for k, v in params.items() if k != "path"})
 
 
@@ -393,14 +394,6 @@ def _event_error(message: str, first_id: int) -> str:
                 "whose ts and dur are numbers: fix or drop that event")
     m = re.search(r"(?:Error|Exception): (.*)", first_line)
     return f"events could not be read ({(m.group(1) if m else first_line)}); each event must be a JSON object"
-
-
-def _list_sql(paths: list[str]) -> str:
-    return "[" + ", ".join(f"'{_q(p)}'" for p in paths) + "]"
-
-
-def _q(path: str) -> str:
-    return path.replace("'", "''")
 
 
 def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_rank: int | None):
@@ -470,18 +463,18 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
             ORDER BY coalesce(start_event_id, end_event_id)""",
         "memory": f"""
             SELECT event_id, ts_ns, pid, tid, {", ".join(c.replace(" AS mem_", " AS ") for c in _group_spec("memory")[1])}
-            FROM (SELECT *, json_transform(args_json, '{_group_spec("memory")[0]}') AS _memory
+            FROM (SELECT *, json_transform(args_json, {_group_spec("memory")[0]}) AS _memory
                   FROM {ev} WHERE ph = 'i' AND name = '[memory]')
             ORDER BY ts_ns, event_id""",
         # the sparse args: parsed only on the few events that carry them
         "gpu_args": f"""
             SELECT event_id, {", ".join(_group_spec("gpu")[1])}
-            FROM (SELECT event_id, json_transform(args_json, '{_group_spec("gpu")[0]}') AS _gpu
+            FROM (SELECT event_id, json_transform(args_json, {_group_spec("gpu")[0]}) AS _gpu
                   FROM {ev} WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND args_json IS NOT NULL)
             ORDER BY event_id""",
         "comm_args": f"""
             SELECT event_id, {", ".join(_group_spec("comm")[1])}
-            FROM (SELECT event_id, json_transform(args_json, '{_group_spec("comm")[0]}') AS _comm
+            FROM (SELECT event_id, json_transform(args_json, {_group_spec("comm")[0]}) AS _comm
                   FROM {ev} WHERE {_COMM_ARGS})
             ORDER BY event_id""",
     }
@@ -490,7 +483,7 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
         try:
             cols = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in TABLES[table])
             target = os.path.join(stage_dir, f"{table}.parquet")
-            cur.execute(f"COPY (SELECT {cols} FROM ({queries[table]})) TO '{_q(target)}' (FORMAT parquet, COMPRESSION zstd)")
+            cur.execute(f"COPY (SELECT {cols} FROM ({queries[table]})) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)")
             out[table] = [target]
         finally:
             cur.close()

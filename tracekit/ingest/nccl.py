@@ -23,9 +23,7 @@ import os
 import re
 
 from ..errors import NotATraceError, TraceFileError
-from ..store.schema import NCCL_INSPECTOR_COLUMNS, NCCL_TESTS_COLUMNS
-
-NCCL_TESTS_RANK = -1  # a reference curve belongs to no rank: its own partition, never in Store.ranks
+from ..store.schema import NCCL_INSPECTOR_COLUMNS, NCCL_TESTS_COLUMNS, NO_RANK
 INSPECTOR_SUFFIXES = (".log", ".jsonl")
 
 # test binary / Inspector coll name -> the op names the collectives analysis uses
@@ -243,7 +241,7 @@ def _write(rows: list[dict], columns, target: str) -> None:
 
 
 def ingest_nccl_tests(path: str, source: str, stage_dir: str):
-    """One nccl-tests result file -> a staged nccl_tests Parquet file (rank NCCL_TESTS_RANK)."""
+    """One nccl-tests result file -> a staged nccl_tests Parquet file (rank NO_RANK)."""
     from .kineto import FileResult
 
     rows = parse_nccl_tests(path)
@@ -251,7 +249,7 @@ def ingest_nccl_tests(path: str, source: str, stage_dir: str):
         r["source_file"] = source
     target = os.path.join(stage_dir, "nccl_tests.parquet")
     _write(rows, NCCL_TESTS_COLUMNS, target)
-    return FileResult(source=source, rank=NCCL_TESTS_RANK, rank_source="none", staged={"nccl_tests": [target]},
+    return FileResult(source=source, rank=NO_RANK, rank_source="none", staged={"nccl_tests": [target]},
                       event_count=len(rows), lost_event_count=0, world_size=None)
 
 

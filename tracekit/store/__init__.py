@@ -7,6 +7,10 @@ Layout (readable by DuckDB, Spark or Trino as hive-partitioned Parquet):
     <store>/staging/                            work in progress, never read
     <store>/lock                                held by the one writer
 
+Every write goes through commit.py (staging, final names, the manifest switch, orphan removal);
+SQL text is built with sql.py. The store is the only input downstream of ingest: the trace
+directory's run.json is a table here too (Store.run_manifest).
+
 The default store of a trace directory is `<dir>/.tracekit/`; when that
 directory is not writable, a per-user cache directory keyed by its path.
 """
@@ -15,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import time
 
 from ..errors import StoreError
 from . import manifest as _manifest
 from .schema import SCHEMA_VERSION, TABLES
+from .sql import literal_list
 
 STORE_DIRNAME = ".tracekit"
 
@@ -81,6 +87,20 @@ class Store:
     def ranks(self) -> list[int]:
         return sorted(e.rank for e in self.manifest.sources.values() if e.kind == "trace")
 
+    def run_manifest(self) -> dict:
+        """The run manifest (the trace directory's run.json, as capture wrote it) ingested into this store;
+        {} when there was none. A fresh dict each call."""
+        files = self.files("run_manifest")
+        if not files:
+            return {}
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            return json.loads(pq.read_table(files[0], columns=["doc_json"]).column(0)[0].as_py())
+        except (OSError, pa.ArrowException, ValueError, IndexError) as e:
+            raise StoreError(f"{files[0]}: unreadable run manifest ({e}); run `tracekit ingest` again") from None
+
     def connect(self, *, allow_external_access: bool = False):
         """A DuckDB connection with the store's views.
 
@@ -103,22 +123,18 @@ class Store:
         con.execute(_VIEWS_SQL)
         if not allow_external_access:
             files = [f for table in TABLES for f in self.files(table)]
-            con.execute("SET allowed_paths = " + "[" + ", ".join(_sql_str(f) for f in files) + "]")
+            con.execute("SET allowed_paths = " + literal_list(files))
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
         return con
 
 
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def create_table_view(con, name: str, files: list[str], columns) -> None:
     """A view over one table's Parquet files, with `rank` from the hive path."""
     if files:
-        lst = "[" + ", ".join(_sql_str(f) for f in files) + "]"
         # one schema version per store (the manifest enforces it): no union_by_name needed
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({lst}, hive_partitioning = true, "
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({literal_list(files)}, "
+                    "hive_partitioning = true, "
                     "hive_types = {'rank': BIGINT})")
     else:  # an empty table still has its columns
         cols = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t, _ in columns)

@@ -1,15 +1,14 @@
 """The store's manifest: which source files made which Parquet files.
 
 The manifest is the store's single commit point. Writers build new Parquet
-files under fresh names, then replace manifest.json atomically (write, fsync,
-rename); readers list files from the manifest only. A crash at any moment
+files under fresh names, then replace manifest.json atomically (commit.py owns
+that switch); readers list files from the manifest only. A crash at any moment
 leaves either the old or the new manifest, and both name complete files.
 """
 from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 
 from .. import __version__
@@ -99,22 +98,3 @@ def _label(v) -> dict | None:
     if v is None or isinstance(v, dict):
         return v
     raise TypeError(f"label is a {type(v).__name__}, not an object")
-
-
-def save(store_dir: str, manifest: Manifest) -> None:
-    manifest.updated_ns = time.time_ns()
-    path = os.path.join(store_dir, MANIFEST)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest.to_json(), f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:  # make the rename itself durable
-        fd = os.open(store_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass

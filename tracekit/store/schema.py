@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 4  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables; 4: nccl_tests, nccl_inspector
+SCHEMA_VERSION = 5  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables; 4: nccl_tests, nccl_inspector;
+# 5: run_manifest (run.json kept in the store)
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,17 @@ NCCL_INSPECTOR_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("source_file", "VARCHAR", "log file, relative to the trace directory"),
 )
 
+# run_manifest: the trace directory's run.json (ingest/run_manifest.py), one row under rank=-1 (no rank's).
+# Replay reads hosts and the parallel layout from here (Store.run_manifest), never from the trace directory.
+RUN_MANIFEST_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("manifest_version", "BIGINT", "run.json's tracekit_run_manifest format version (NULL when it names none)"),
+    ("doc_json", "VARCHAR", "the whole run.json object as compact JSON: job shape, per-rank hosts, parallel layout, "
+                            "measured step times"),
+    ("source_file", "VARCHAR", "run.json, relative to the trace directory"),
+)
+
+NO_RANK = -1  # partition of a source that belongs to no rank (nccl-tests references, run.json); never in Store.ranks
+
 # Tables written per source file; each file of a table lives under
 # <store>/<table>/rank=<R>/<file-key>-<generation>.parquet
 TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -254,4 +266,5 @@ TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "fr_entries": FR_COLUMNS,
     "nccl_tests": NCCL_TESTS_COLUMNS,
     "nccl_inspector": NCCL_INSPECTOR_COLUMNS,
+    "run_manifest": RUN_MANIFEST_COLUMNS,
 }

@@ -36,6 +36,10 @@ CREATE OR REPLACE VIEW fr_entries AS SELECT * FROM _fr_entries;
 -- nccl_tests: nccl-tests reference rows (schema.py NCCL_TESTS_COLUMNS; rank is -1: no rank's).
 CREATE OR REPLACE VIEW nccl_tests AS SELECT * FROM _nccl_tests;
 
+-- run_manifest: the run's run.json, one row (schema.py RUN_MANIFEST_COLUMNS; rank is -1: no rank's; no rows
+--   when the trace directory had none). Python: Store.run_manifest() / Run.run_manifest() give it parsed.
+CREATE OR REPLACE VIEW run_manifest AS SELECT * FROM _run_manifest;
+
 -- nccl_inspector: NCCL Inspector records per rank (schema.py NCCL_INSPECTOR_COLUMNS, plus rank).
 CREATE OR REPLACE VIEW nccl_inspector AS SELECT * FROM _nccl_inspector;
 

@@ -1,0 +1,106 @@
+"""Committing to a store: the one write path of ingest and replay.
+
+Owns every step that makes new files part of a store: the staging directory where files are built,
+their final names (`<table>/rank=<R>/<key>-<gen>-<i>.parquet`, fresh per generation so a commit
+never overwrites a file a reader may hold), moving staged files there, the manifest switch (the
+commit point: write, fsync, rename) and removing the files no manifest names any more. A crash at any
+moment leaves the old or the new manifest, and both name complete files; the next commit removes
+the leftovers.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+
+from .manifest import MANIFEST, Manifest
+from .schema import TABLES
+
+STAGING = "staging"
+
+
+def new_generation() -> str:
+    """A fresh generation id: part of every file name one commit writes."""
+    return uuid.uuid4().hex[:12]
+
+
+def staging_dir(store_dir: str, gen: str) -> str:
+    """Where the files of generation `gen` are built; never read by a reader."""
+    return os.path.join(store_dir, STAGING, gen)
+
+
+def clear_staging(store_dir: str) -> None:
+    shutil.rmtree(os.path.join(store_dir, STAGING), ignore_errors=True)
+
+
+def final_name(table: str, rank: int, source: str, gen: str, i: int) -> str:
+    """The path, relative to the store, of the i-th file of `table` that `source` gives in generation `gen`."""
+    key = hashlib.sha1(source.encode()).hexdigest()[:12]
+    return os.path.join(table, f"rank={rank}", f"{key}-{gen}-{i}.parquet")
+
+
+def place(store_dir: str, gen: str, source: str, rank: int, staged: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Move one source's staged files to their final names; return table -> paths relative to the store."""
+    files: dict[str, list[str]] = {}
+    for table in TABLES:
+        files[table] = []
+        if not staged.get(table):  # no empty rank directories (10 tables x 1024 ranks, removed again later)
+            os.makedirs(os.path.join(store_dir, table), exist_ok=True)
+            continue
+        for i, path in enumerate(staged[table]):
+            rel = final_name(table, rank, source, gen, i)
+            os.makedirs(os.path.join(store_dir, os.path.dirname(rel)), exist_ok=True)
+            os.replace(path, os.path.join(store_dir, rel))
+            files[table].append(rel)
+    return files
+
+
+def switch_manifest(store_dir: str, manifest: Manifest) -> None:
+    """Make `manifest` the store's committed state: write it beside the old one, fsync, rename over it."""
+    manifest.updated_ns = time.time_ns()
+    path = os.path.join(store_dir, MANIFEST)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest.to_json(), f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:  # make the rename itself durable
+        fd = os.open(store_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def remove_orphans(store_dir: str, manifest: Manifest) -> None:
+    """Delete the table files `manifest` does not name (replaced partitions, a replaced replay, leftovers of an
+    interrupted commit), the folders that leaves empty, and the staging directory."""
+    keep = {os.path.normpath(p) for e in manifest.sources.values() for ps in e.files.values() for p in ps}
+    for table in TABLES:
+        top = os.path.join(store_dir, table)
+        for root, _dirs, names in os.walk(top):
+            for name in names:
+                full = os.path.join(root, name)
+                if os.path.normpath(os.path.relpath(full, store_dir)) not in keep:
+                    unlink(full)
+        for root, dirs, names in os.walk(top, topdown=False):
+            if root != top and not os.listdir(root):
+                try:
+                    os.rmdir(root)
+                except OSError:
+                    pass
+    clear_staging(store_dir)
+
+
+def unlink(path: str) -> None:
+    """Remove a file if it is there (best effort: a file left behind is an orphan the next commit removes)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
