@@ -1,14 +1,13 @@
 """Clock offsets per rank from matched collectives (analyses/clock_offsets.sql)."""
 from __future__ import annotations
 
-from tracekit.comms import prepare
-
 from ._sql import query, with_note
+from .comms import prepare_views
 
 
 def clock_offsets(run):
     """Per rank: the estimated correction to add to its times, collectives used, residual."""
-    prepare(run, None)
+    prepare_views(run, None)
     df = query(run, "clock_offsets")
     if not len(df):
         with_note(df, "no collective matched across two or more ranks: no clock offset can be estimated")

@@ -55,5 +55,5 @@ SELECT r.rank, r.source, r.step, r.match_key, r.match_by, r.ordinal, r.pg_name, 
        coalesce(len(m.timed_ranks) >= 2 AND r.rank = m.last_arrival_rank, false) AS is_last_arrival,
        greatest(r.dur_ns - m.transfer_ns, 0) AS wait_ns
 FROM _comm_rows r JOIN _comm_matched m USING (match_key)
-WHERE ($rank IS NULL OR r.rank = $rank)
+WHERE ($rank IS NULL OR r.rank = $rank) AND ($op IS NULL OR r.op = $op)
 ORDER BY r.rank, r.pg_name NULLS FIRST, r.ordinal

@@ -1,27 +1,43 @@
-"""Communication across ranks: collectives per rank and matched, stragglers, bandwidth, exposed
-communication, clock offsets, flight-recorder checks (SQL in analyses/collectives*.sql,
-straggler_attribution.sql, bandwidth_report.sql, comms_*.sql, clock_offsets.sql; the private views they
-read are tracekit/comms/collectives.sql)."""
+"""Communication across ranks: collectives per rank and matched, stragglers, bandwidth, clock offsets,
+flight-recorder checks, and the collective participants the dependency graph reads (SQL in
+analyses/collectives*.sql, straggler_attribution.sql, bandwidth_report.sql, comms_*.sql, clock_offsets.sql,
+comm_participants.sql). Owns the private views they all read, analyses/_comm_views.sql."""
 from __future__ import annotations
 
-from tracekit.comms import prepare as _prepare
+from tracekit.errors import TracekitError
+from tracekit.store.sql import statements
 
-from ._sql import check_scope, query, with_note
+from ._sql import check_scope, query, sql_text, with_note
 
 _LIST_COLUMNS = ("pg_ranks", "participants", "ranks_not_traced", "ranks_missing")
 
 
-_INT_SUFFIXES = ("_ns", "bytes", "nelems", "_count", "rank", "step", "ordinal", "group_size", "_id")
+def prepare_views(run, offsets: dict[int, int] | None = None) -> None:
+    """Install the collectives views on run's connection (once), with per-rank clock offsets in ns added
+    to every time (None: no correction beyond ranks.clock_offset_ns)."""
+    run.sql("CREATE OR REPLACE TEMP TABLE _comm_clock_offsets (rank BIGINT, clock_offset_ns BIGINT)")
+    if offsets:
+        values = ", ".join(["(?, ?)"] * len(offsets))
+        run.sql(f"INSERT INTO _comm_clock_offsets VALUES {values}",
+                [v for r, o in sorted(offsets.items()) for v in (int(r), int(o))])
+    if not _installed(run):
+        for stmt in statements(sql_text("_comm_views")):
+            run.sql(stmt)
+
+
+def _installed(run) -> bool:
+    try:
+        run.sql("SELECT 1 FROM _comm_rows_raw LIMIT 0")
+        return True
+    except TracekitError:
+        return False
 
 
 def _lists(df, extra=()):
-    """DuckDB lists arrive as numpy arrays: make them plain lists (they print and serialise as JSON); integer
-    columns with NULLs arrive as float64: make them nullable integers again."""
+    """DuckDB lists arrive as numpy arrays: make them plain lists (they print and serialise as JSON)."""
     for c in df.columns:
         if c in _LIST_COLUMNS or c in extra:
             df[c] = df[c].map(lambda v: [x if isinstance(x, str) else int(x) for x in v] if hasattr(v, "__len__") else None)
-        elif df[c].dtype.kind == "f" and c.endswith(_INT_SUFFIXES):
-            df[c] = df[c].round().astype("Int64")
     return df
 
 
@@ -31,7 +47,7 @@ def _setup(run, aligned: bool):
         from .clock import estimate_offsets
 
         offsets = estimate_offsets(run)
-    _prepare(run, offsets)
+    prepare_views(run, offsets)
     return offsets
 
 
@@ -52,11 +68,19 @@ def _notes(run, df, offsets):
     return df
 
 
-def collectives(run, rank: int | None = None, *, aligned: bool = False):
-    """One row per (rank, collective): group, op, sizes, call and kernel, match key, arrival delay, wait."""
+def collectives(run, rank: int | None = None, *, op: str | None = None, aligned: bool = False):
+    """One row per (rank, collective): group, op, sizes, call and kernel, match key, arrival delay, wait;
+    op: only that op (all_reduce, all_gather, ...)."""
     check_scope(run, rank)
     offsets = _setup(run, aligned)
-    return _notes(run, _lists(query(run, "collectives", rank=rank)), offsets)
+    return _notes(run, _lists(query(run, "collectives", rank=rank, op=op)), offsets)
+
+
+def comm_participants(run, ranks: list[int]):
+    """The collective participants of the given ranks on the raw trace clocks (comm_participants.sql):
+    what the dependency graph builds its collective instances from."""
+    prepare_views(run)
+    return query(run, "comm_participants", ranks=ranks)
 
 
 def collectives_matched(run, op: str | None = None, *, aligned: bool = False):
@@ -112,8 +136,6 @@ def bandwidth_report(run, op: str | None = None, *, below_ref_pct: float = 50.0,
     """busbw per source, process group, op and size bucket (nccl-tests factors), with the slow outliers counted
     and, when the store holds an nccl-tests reference, busbw against it (below_ref_pct: the flag threshold)."""
     if not 0 < below_ref_pct <= 100:
-        from tracekit.errors import TracekitError
-
         raise TracekitError(f"--below-ref-pct {below_ref_pct}: give a percentage in (0, 100]")
     offsets = _setup(run, aligned)
     df = _notes(run, _lists(query(run, "bandwidth_report", op=op, below_ref_pct=float(below_ref_pct))), offsets)

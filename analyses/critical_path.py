@@ -1,27 +1,25 @@
 """Critical path of one step on one rank, its breakdown, and a Chrome-trace overlay of it.
 
-The dependency graph (nodes = start and end of every runtime call and GPU op in the step):
-  CPU thread order   consecutive runtime calls on a thread (the gap is CPU work)
-  launch -> op       the launching call's start -> the GPU op's start (correlation)
-  stream order       consecutive GPU ops on a stream
-  event wait         cudaStreamWaitEvent: the last op launched on the awaited stream before the wait
-                     call -> the next op on the waiting stream
-  sync               a synchronize call ends after the last op it waited for (its stream, or any
-                     stream for device/context syncs)
-Edge weights are the measured times between their nodes, so every path ends at the last event; the
-longest path (topological order + dynamic programming) prefers, at every node, the dependency that
-was satisfied last: the one that actually held the node back. Path segments are then labelled
-cpu (CPU work between calls), launch_overhead (launch calls and launch-to-start waits), compute,
-communication, memory, other (GPU ops by class), gpu_wait (stream gaps) and sync.
+The path comes from the rank's dependency graph (analyses.depgraph, the graph the replay re-times: CPU
+thread pieces, runtime calls, GPU ops, launch, stream, event-wait and sync edges, collectives). On the
+measured times every node's critical predecessor is its binding dependency, the one satisfied last (on
+a tie the launch or sync over the stream); walking back from the step's last node along them gives the
+path, clipped at the step's start. Each node on it adds its own time, each edge the gap between the
+dependency being met and the node starting. Segments are labelled cpu (CPU work and gaps on a thread),
+launch_overhead (launch calls and launch-to-start waits), compute, communication, memory, other (GPU ops
+by class; collectives), gpu_wait (stream gaps) and sync.
 """
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+
+import numpy as np
 
 from tracekit.errors import TracekitError
 
-from ._sql import check_scope, prepare, query, with_note
+from ._sql import check_scope, query, with_note
+from .depgraph import SYNC_CALLS, E, K, build
+from .depgraph.lags import critical_edges
 
 COLUMNS = {
     "rank": "global rank",
@@ -40,10 +38,84 @@ SUMMARY_COLUMNS = {
     "path_ns": "time of the critical path in this category, ns",
     "path_pct": "path_ns / length of the path, percent",
 }
-_SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
-               "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize")
 _LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaMemcpy", "cudaMemset", "hipLaunch", "hipExtModuleLaunch",
                     "hipMemcpy", "hipMemset", "cudaGraphLaunch", "hipModuleLaunch")
+# the category of the gap an edge leaves before its node starts
+_GAP = {E["origin"]: "cpu", E["thread"]: "cpu", E["stream"]: "gpu_wait", E["launch"]: "launch_overhead",
+        E["event_wait"]: "gpu_wait", E["sync"]: "sync", E["enqueue"]: "communication",
+        E["host_wait"]: "communication", E["arrive"]: "communication", E["release"]: "communication"}
+
+
+def _categories(g, nodes):
+    """The category of each node's own time."""
+    kind = g.kind
+    cat = np.full(g.n_nodes, "cpu", dtype=object)
+    runtime = np.flatnonzero(kind == K["runtime"])
+    cat[runtime] = ["sync" if n in SYNC_CALLS else "launch_overhead" if n.startswith(_LAUNCH_PREFIXES) else "cpu"
+                    for n in g.name[runtime]]
+    cat[np.isin(kind, (K["sync"], K["sync_exit"]))] = "sync"
+    cat[np.isin(kind, (K["comm"], K["comm_exit"], K["barrier"]))] = "communication"
+    gpu = nodes.kernel_class.notna().to_numpy()
+    cat[gpu] = nodes.kernel_class.to_numpy(object)[gpu]
+    return cat
+
+
+def _where(g) -> np.ndarray:
+    """cpu:<tid> or stream:<stream> of each node (None: origin, barriers)."""
+    labels = np.array([f"{'stream' if gpu else 'cpu'}:{tid}" for gpu, tid in zip(g.tracks.is_gpu, g.tracks.tid)]
+                      + [None], dtype=object)
+    return labels[g.track]  # track -1 picks the trailing None
+
+
+def _last_node(g, lo: int, hi: int) -> int:
+    """The node of the step that ends last: CPU nodes starting in [lo, hi), GPU nodes launched in it."""
+    launch_ts = np.full(g.n_nodes, np.iinfo(np.int64).min, np.int64)
+    launch = g.edge_kind == E["launch"]
+    launch_ts[g.dst[launch]] = g.start_ns[g.src[launch]]
+    exits = np.flatnonzero(g.kind == K["comm_exit"])
+    launch_ts[exits] = launch_ts[exits - 1]  # a collective's exit belongs to its entry's launch
+    on_gpu = g.tracks.is_gpu.to_numpy(bool)[np.maximum(g.track, 0)] & (g.track >= 0)
+    when = np.where(on_gpu, launch_ts, g.start_ns)
+    cand = np.flatnonzero((g.track >= 0) & (when >= lo) & (when < hi))
+    if not len(cand):
+        return -1
+    return int(cand[np.argmax(g.start_ns[cand] + g.dur_ns[cand])])
+
+
+def _walk(g, v: int, lo: int):
+    """Segments (node, start_ns, end_ns, what, index) from node v's end back to the step's start lo, latest
+    first: what "node" for a node's own time, "edge" (index: the edge) for the gap before a node starts."""
+    crit = critical_edges(g)
+    start, end = g.start_ns, g.start_ns + g.dur_ns
+    at_end = True
+    out = []
+    cursor = int(end[v])  # the earliest time covered so far: segments never overlap, even on clock noise
+    while True:
+        if at_end and g.dur_ns[v] > 0:
+            out.append((v, max(int(start[v]), lo), min(int(end[v]), cursor), "node", v))
+            cursor = min(cursor, int(start[v]))
+        e = crit[v]
+        if e < 0 or start[v] <= lo:
+            break
+        u = int(g.src[e])
+        at_end = bool(g.from_end[e])
+        # the origin stands for the window's start: time before the first node counts as CPU time
+        ready = lo if g.kind[u] == K["origin"] else int(end[u] if at_end else start[u])
+        if ready < start[v]:
+            out.append((v, max(ready, lo), min(int(start[v]), cursor), "edge", e))
+            cursor = min(cursor, ready)
+        v = u
+        if ready <= lo:
+            break
+    return [x for x in out if x[2] > x[1]]
+
+
+def _gap_category(g, e: int, dst: int) -> str:
+    if g.kind[dst] == K["sync_exit"]:
+        return "sync"
+    if g.kind[dst] == K["comm_exit"]:
+        return "communication"
+    return _GAP[int(g.edge_kind[e])]
 
 
 def _pick_scope(run, rank, step):
@@ -57,112 +129,42 @@ def _pick_scope(run, rank, step):
     return rank, step
 
 
-def _build(run, rank, step):
-    window = query(run, "_cp_window", rank=rank, step=step).iloc[0]
-    lo, hi = int(window.start_ns), int(window.end_ns) + 1
-    calls = query(run, "_cp_calls", rank=rank, start_ns=lo, end_ns=hi)
-    ops = query(run, "_cp_gpu_ops", rank=rank, start_ns=lo, end_ns=hi)
-    syncs = query(run, "_cp_syncs", rank=rank)
-    times, labels, edges = [], [], []  # labels[n] = (name, where, category of the event's own edge)
-
-    def node(t, label):
-        times.append(int(t))
-        labels.append(label)
-        return len(times) - 1
-
-    call_nodes = {}
-    for c in calls.itertuples(index=False):
-        is_sync = c.name in _SYNC_CALLS
-        cat = "sync" if is_sync else "launch_overhead" if c.name.startswith(_LAUNCH_PREFIXES) else "cpu"
-        s, e = node(c.ts_ns, (c.name, f"cpu:{c.tid}", cat)), node(c.end_ns, (c.name, f"cpu:{c.tid}", cat))
-        edges.append((s, e, cat))
-        call_nodes[c.event_id] = (s, e, c)
-    by_corr = {c.correlation: call_nodes[c.event_id] for c in calls.itertuples(index=False) if c.correlation == c.correlation}
-    for _tid, group in calls.groupby("tid"):
-        ids = list(group.event_id)
-        for a, b in zip(ids, ids[1:]):
-            edges.append((call_nodes[a][1], call_nodes[b][0], "cpu"))
-    source = node(lo, ("step start", "cpu", "cpu"))
-    for _tid, group in calls.groupby("tid"):
-        edges.append((source, call_nodes[group.event_id.iloc[0]][0], "cpu"))
-
-    op_nodes, by_stream = {}, defaultdict(list)
-    for o in ops.itertuples(index=False):
-        s, e = node(o.ts_ns, (o.name, f"stream:{o.stream}", o.kernel_class)), node(o.end_ns, (o.name, f"stream:{o.stream}", o.kernel_class))
-        edges.append((s, e, o.kernel_class))
-        op_nodes[o.event_id] = (s, e, o)
-        by_stream[o.stream].append(o.event_id)
-        launch = by_corr.get(o.correlation)
-        if launch:
-            edges.append((launch[0], s, "launch_overhead"))
-    for ids in by_stream.values():
-        for a, b in zip(ids, ids[1:]):
-            edges.append((op_nodes[a][1], op_nodes[b][0], "gpu_wait"))
-
-    sync_of = {s.correlation: s for s in syncs.itertuples(index=False)}
-    for s, e, c in call_nodes.values():
-        rec = sync_of.get(c.correlation)
-        if c.name in _SYNC_CALLS:
-            stream = rec.stream if rec is not None and rec.stream is not None and rec.stream < 2**31 else None
-            done = [v for v in op_nodes.values() if v[2].end_ns <= c.end_ns and (stream is None or v[2].stream == stream)]
-            if done:
-                last = max(done, key=lambda v: v[2].end_ns)
-                edges.append((last[1], e, "sync"))
-        elif rec is not None and rec.wait_on_stream == rec.wait_on_stream and rec.wait_on_stream is not None:
-            before = [op_nodes[i] for i in by_stream.get(rec.wait_on_stream, []) if by_corr.get(op_nodes[i][2].correlation)
-                      and times[by_corr[op_nodes[i][2].correlation][0]] < c.ts_ns]
-            after = [op_nodes[i] for i in by_stream.get(rec.stream, []) if op_nodes[i][2].ts_ns >= rec.ts_ns]
-            if before and after:
-                edges.append((before[-1][1], after[0][0], "gpu_wait"))
-    return times, labels, edges, source
-
-
-def longest_path(times, edges, source):
-    """Longest path from source over a DAG whose edges run forward in time; ties go to the
-    predecessor reached last (the dependency that held the node back). Returns edge list."""
-    incoming = defaultdict(list)
-    for u, v, kind in edges:
-        if times[u] <= times[v]:
-            incoming[v].append((u, kind))
-    order = sorted(range(len(times)), key=lambda n: (times[n], n))
-    dist = {source: 0}
-    best = {}
-    for v in order:
-        for u, kind in incoming.get(v, ()):
-            if u not in dist:
-                continue
-            # on a tie in time, a launch edge wins over a stream edge: an op whose stream was
-            # already free when its launch began waited on the launch, not on the stream
-            cand = (dist[u] + times[v] - times[u], times[u], kind in ("launch_overhead", "sync"), u)
-            if v not in best or cand > best[v][0]:
-                best[v] = (cand, u, kind)
-        if v in best and v != source:
-            dist[v] = best[v][0][0]
-    if len(dist) == 1:
-        return []
-    sink = max(dist, key=lambda n: (dist[n], times[n]))
-    path = []
-    while sink != source:
-        _, u, kind = best[sink]
-        path.append((u, sink, kind))
-        sink = u
-    return path[::-1]
-
-
 def critical_path(run, rank: int | None = None, step: int | None = None, *, overlay_path: str = ""):
     """Segments of the critical path of one step (default: the first complete one) on one rank."""
     import pandas as pd
 
-    prepare(run)
     rank, step = _pick_scope(run, rank, step)
-    times, labels, edges, source = _build(run, rank, step)
-    path = longest_path(times, edges, source)
-    rows = [{"rank": rank, "step": step, "seq": i, "category": kind, "name": labels[v][0], "where": labels[v][1],
-             "start_ns": times[u], "dur_ns": times[v] - times[u]} for i, (u, v, kind) in enumerate(path)]
+    window = query(run, "_cp_window", rank=rank, step=step).iloc[0]
+    rows = []
+    if not pd.isna(window.start_ns):
+        rows = _segments(run, rank, step, int(window.start_ns), int(window.end_ns) + 1)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     if overlay_path:
         write_overlay(df, overlay_path)
-    return df if len(df) else with_note(df, "no runtime calls or GPU ops in this step: no critical path")
+    return df if len(df) else with_note(df, "no CPU ops, runtime calls or GPU ops in this step: no critical path")
+
+
+def _segments(run, rank: int, step, lo: int, hi: int) -> list[dict]:
+    try:
+        g = build(run, [rank])
+    except TracekitError:  # nothing with a duration on this rank
+        return []
+    v = _last_node(g, lo, hi)
+    if v < 0:
+        return []
+    cat, where = _categories(g, g.nodes()), _where(g)
+    rows = []
+    name = place = None
+    for node, a, z, what, idx in _walk(g, v, lo):
+        if g.track[node] >= 0:  # a collective's barrier is named after its participant on this rank
+            name, place = g.name[node], where[node]
+        category = cat[node] if what == "node" else _gap_category(g, idx, node)
+        rows.append({"rank": rank, "step": step, "category": category, "name": name, "where": place,
+                     "start_ns": a, "dur_ns": z - a})
+    rows.reverse()
+    for i, r in enumerate(rows):
+        r["seq"] = i
+    return rows
 
 
 def critical_path_summary(run, rank: int | None = None, step: int | None = None):

@@ -2,9 +2,8 @@
 (analyses/exposed_comm.sql; the overlap arithmetic is analyses/_overlap.sql, shared with comm_comp_overlap)."""
 from __future__ import annotations
 
-from tracekit.comms import prepare as _prepare_comms
-
 from ._sql import check_scope, prepare, query, with_note
+from .comms import prepare_views
 
 
 def exposed_comm(run, rank: int | None = None, step: int | None = None, *, rules=None):
@@ -13,7 +12,7 @@ def exposed_comm(run, rank: int | None = None, step: int | None = None, *, rules
     check_scope(run, rank, step)
     prepare(run, rules)
     # gloo collectives come from the collectives views; raw trace clocks are used, so no offsets
-    _prepare_comms(run)
+    prepare_views(run)
     df = query(run, "exposed_comm", rank=rank, step=step)
     if not len(df):
         with_note(df, "no steps with GPU kernels or gloo collectives in this scope")

@@ -35,7 +35,7 @@ j AS (
 )
 SELECT grp_step AS step, rank, count(*) AS collectives, count(*) FILTER (WHERE late) AS late_count,
        count(*) FILTER (WHERE late) / count(*)::DOUBLE AS late_share,
-       avg(arrival_skew_ns) FILTER (WHERE late) AS avg_delay_ns,
+       round_even(avg(arrival_skew_ns) FILTER (WHERE late), 0)::BIGINT AS avg_delay_ns,
        max(arrival_skew_ns) FILTER (WHERE late) AS max_delay_ns,
        sum(caused_ns)::BIGINT AS caused_wait_ns, sum(wait_ns)::BIGINT AS wait_ns,
        count(*) FILTER (WHERE late) >= 2

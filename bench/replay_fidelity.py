@@ -52,7 +52,7 @@ def fidelity(tmp: str) -> list[dict]:
 
 def speed(tmp: str, repeat: int) -> dict | None:
     import tracekit
-    from replay import graph as G
+    from analyses import depgraph as G
     from replay.engine import Engine
 
     path = SHARED / "hta" / "df_index_resolver"

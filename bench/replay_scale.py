@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 def measure(n: int, tmp: str) -> dict:
     import tracekit
-    from replay import graph as G
+    from analyses import depgraph as G
     from replay.replayer import replay
     from replay.scenario import scenario_from_dict
 

@@ -1,5 +1,5 @@
-"""Replay: the dependency graph of a run (graph), the discrete-event core (engine), the what-if models
-(network, optical, compute, failures, scenario files) and the re-timed run written back as a store.
+"""Replay: the discrete-event core (engine) over a run's dependency graph (built by analyses.depgraph), the
+what-if models (network, optical, compute, failures, scenario files) and the re-timed run written back as a store.
 
     import replay
     result = replay.run("runs/job42/")            # baseline: reproduces the measured steps

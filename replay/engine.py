@@ -203,7 +203,7 @@ class Engine:
                  compiled: bool = True):
         self.n = int(n_nodes)
         src = np.asarray(src, np.int64)
-        # CSR by source; graphs from replay.graph come sorted already (a check is cheaper than a sort)
+        # CSR by source; graphs from analyses.depgraph come sorted already (a check is cheaper than a sort)
         order = (np.arange(len(src)) if len(src) < 2 or bool((np.diff(src) >= 0).all())
                  else np.argsort(src, kind="stable"))
         self._dst = np.ascontiguousarray(np.asarray(dst, np.int64)[order])

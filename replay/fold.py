@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import graph as _graph
+from analyses import depgraph as _graph
 
 
 @dataclass

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import graph as _graph
+from analyses import depgraph as _graph
+
 from . import links, parallelism, pipeline, topology
 from .network import CalibratedModel, calibrate
 from .optical import OpticalModel

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import graph as _graph
+from analyses import depgraph as _graph
+
 from .engine import Engine
 from .model_steps import apply_models
 from .specs import Scenario

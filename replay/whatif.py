@@ -11,7 +11,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from . import graph as _graph
+from analyses import depgraph as _graph
+
 from .replayer import ReplayResult, replay
 
 COLUMNS = {

@@ -347,10 +347,25 @@ def test_critical_path_by_hand(tiny, tmp_path):
     assert analyses.critical_path(tiny).step.iloc[0] == 1  # default: the first complete step
 
 
-def test_longest_path_prefers_the_later_dependency():
-    from analyses.critical_path import longest_path
+def test_critical_predecessor_is_the_later_dependency():
+    import numpy as np
+    import pandas as pd
 
-    # node 0 at t=0 (source); 1 at t=5 (CPU), 2 at t=8 (GPU); 3 at t=10 depends on both: GPU came later
-    times = [0, 5, 8, 10]
-    edges = [(0, 1, "cpu"), (0, 2, "compute"), (1, 3, "launch_overhead"), (2, 3, "gpu_wait")]
-    assert longest_path(times, edges, 0) == [(0, 2, "compute"), (2, 3, "gpu_wait")]
+    from analyses.depgraph import E, K, Graph
+    from analyses.depgraph.lags import critical_edges
+
+    def graph(prev_op_end):
+        # node 0 origin at t=0; 1 a launch call at t=5; 2 the stream's previous op [2, prev_op_end); 3 the
+        # launched op at t=10, after both the launch's start and the previous op's end
+        i64 = lambda v: np.array(v, np.int64)  # noqa: E731
+        return Graph(kind=np.array([K["origin"], K["runtime"], K["gpu"], K["gpu"]], np.int8), rank=i64([-1, 0, 0, 0]),
+                     track=i64([-1, 0, 1, 1]), event_id=i64([-1, 1, 2, 3]), start_ns=i64([0, 5, 2, 10]),
+                     dur_ns=i64([0, 1, prev_op_end - 2, 1]), coll=i64([-1] * 4), name=np.array(["o", "l", "a", "b"], object),
+                     src=i64([0, 0, 1, 2]), dst=i64([1, 2, 3, 3]), from_end=np.array([True, True, False, True]),
+                     edge_kind=np.array([E["origin"], E["origin"], E["launch"], E["stream"]], np.int8),
+                     lag_ns=i64([0] * 4), tracks=pd.DataFrame(), colls=pd.DataFrame(), steps=pd.DataFrame(), ranks=[0],
+                     origin_ns=0)
+
+    assert critical_edges(graph(8)).tolist() == [-1, 0, 1, 3]  # the previous op ended later: the stream
+    assert critical_edges(graph(4)).tolist() == [-1, 0, 1, 2]  # the launch began later
+    assert critical_edges(graph(5)).tolist() == [-1, 0, 1, 2]  # a tie goes to the launch

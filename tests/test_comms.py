@@ -61,6 +61,22 @@ def test_tiny_gloo_rows_and_sizes(gloo3):
     assert df["pg_ranks"].iloc[0] == [0, 1, 2] and set(df["pg_source"]) == {"world"}
 
 
+def test_op_filter_and_sql_types(gloo3):
+    assert len(comms.collectives(gloo3, op="all_reduce")) == 3
+    assert comms.collectives(gloo3, op="broadcast").empty
+    df = comms.collectives(gloo3)
+    assert df["bytes"].dtype.kind == "i" and df["in_nelems"].dtype.kind == "i"  # integers from SQL, not floats
+    assert comms.straggler_attribution(gloo3)["avg_delay_ns"].dtype.name in ("int64", "Int64")
+
+
+def test_comm_participants_columns_are_documented(gloo3):
+    from analyses._sql import documented_columns
+
+    df = comms.comm_participants(gloo3, [0, 1, 2])
+    assert list(df.columns) == list(documented_columns("comm_participants"))
+    assert list(df["rank"]) == [0, 1, 2] and df["runloop_event_id"].notna().all()
+
+
 def test_tiny_gloo_matched(gloo3):
     m = comms.collectives_matched(gloo3)
     assert len(m) == 1

@@ -24,7 +24,6 @@ LAYER_OF = {
     "tracekit.testbed": "core",     # network namespaces capture runs in
     "tracekit.info": "core",        # run.info(): counts straight from the store
     "tracekit.extensions": "core",  # where the core finds what upper layers provide
-    "tracekit.comms": "analyses",   # the collectives SQL (moving into analyses/)
     "analyses": "analyses",
     "replay": "replay",
     "tracekit.cli": "app",

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 import replay
 import tracekit
-from replay import graph as G
+from analyses import depgraph as G
 from replay.engine import Engine
 from replay.replayer import apply_models, replay as replay_fn
 from replay.scenario import Scenario

@@ -181,9 +181,9 @@ def test_analyses_and_comms_run_on_it(written):
     with Run(Store(out)) as run:
         tb = run.analyze("temporal_breakdown")
         assert len(tb) > 0
-        from tracekit import comms
+        from analyses import comms
 
-        comms.prepare(run)
+        comms.prepare_views(run)
         matched = run.sql("SELECT * FROM _comm_matched")
         assert len(matched) > 0
         steps = run.sql("SELECT rank, count(*) AS n FROM steps GROUP BY rank ORDER BY rank")

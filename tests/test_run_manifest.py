@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import replay
 import tracekit
-from replay.graph import _hosts
+from analyses.depgraph.load import _hosts
 from replay.parallelism import layout
 from replay.scenario import scenario_from_dict
 from tracekit.cli import cli

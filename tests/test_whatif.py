@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import replay
-import replay.graph
+import analyses.depgraph
 import tracekit
 from replay.scenario import scenario_from_dict
 from replay.whatif import whatif
@@ -168,5 +168,5 @@ def test_calibrated_network_model_reproduces_the_baseline(runs, name):
     m = s.groupby("rank")[["measured_step_ns", "predicted_step_ns"]].mean()
     err = (m.predicted_step_ns - m.measured_step_ns).abs() / m.measured_step_ns * 100
     assert (err <= 2.0).all(), err
-    b = np.flatnonzero(r.graph.kind == replay.graph.K["barrier"])
+    b = np.flatnonzero(r.graph.kind == analyses.depgraph.K["barrier"])
     assert not np.array_equal(r.end_ns[b] - r.start_ns[b], r.graph.dur_ns[b])  # the model's, not the measured

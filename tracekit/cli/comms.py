@@ -57,9 +57,7 @@ def collectives_cmd(trace_dir, store, fmt, per_rank, rank, op, aligned):
 
     run = _open(trace_dir, store)
     if per_rank:
-        df = comms.collectives(run, rank, aligned=aligned)
-        if op:
-            df = df[df["op"] == op]
+        df = comms.collectives(run, rank, op=op, aligned=aligned)
     else:
         if rank is not None:
             raise click.UsageError("--rank needs --per-rank")

@@ -1,5 +1,6 @@
--- Collectives per rank: the private views every communication analysis reads.
--- Installed as TEMP objects on a run's connection by tracekit.comms.prepare, after it has written the
+-- Collectives per rank: the private views every communication analysis reads (the graph reads the public
+-- comm_participants.sql built on them). Installed as TEMP objects on a run's connection by
+-- analyses.comms.prepare_views, after it has written the
 -- TEMP table _comm_clock_offsets(rank, clock_offset_ns) (zeros unless the caller asked for aligned times).
 -- One statement per ';' at a line end.
 
@@ -50,7 +51,7 @@ CREATE OR REPLACE TEMP MACRO _comm_arg_nelems(dims, i) AS (
   CASE
     WHEN json_type(dims, '$[' || i || '][0]') = 'ARRAY' THEN
       list_sum(list_transform(TRY_CAST(json_extract(dims, '$[' || i || ']')::VARCHAR AS BIGINT[][]),
-                              lambda s: list_aggregate(s, 'product')::BIGINT))
+                              lambda s: list_aggregate(s, 'product')::BIGINT))::BIGINT
     WHEN json_type(dims, '$[' || i || '][0]') IN ('BIGINT', 'UBIGINT') THEN
       list_aggregate(TRY_CAST(json_extract(dims, '$[' || i || ']')::VARCHAR AS BIGINT[]), 'product')::BIGINT
   END
@@ -276,7 +277,7 @@ WITH g AS (
          -- ties (equal starts) go to the lowest rank, as TraceLens counts them, whatever order the rows come in
          arg_min(rank, [start_ns, rank]) AS first_arrival_rank, arg_max(rank, [start_ns, -rank]) AS last_arrival_rank,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
-         min(dur_ns) AS min_dur_ns, median(dur_ns) AS median_dur_ns
+         min(dur_ns) AS min_dur_ns, round_even(median(dur_ns), 0)::BIGINT AS median_dur_ns
   FROM _comm_rows GROUP BY match_key
 ),
 traced AS (SELECT list(rank ORDER BY rank) AS ranks FROM ranks)

@@ -1,0 +1,22 @@
+-- Collective participants for the dependency graph: one row per (rank, collective) that has a timeline in
+-- the trace (a GPU kernel, or a gloo call on the CPU), on the raw trace clocks, with the events it is made
+-- of. Read by analyses.depgraph; the user-facing per-rank view is collectives.sql.
+--
+-- @column rank              global rank
+-- @column match_key         cross-rank key of the collective instance (see collectives)
+-- @column op                all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, barrier, send, recv ...
+-- @column bytes             bytes of the collective, nccl-tests convention (NULL when unknown)
+-- @column group_size        ranks in the process group
+-- @column pg_name           process group name (NULL when the trace does not say)
+-- @column pg_ranks          ranks of the process group (the whole world when the trace names none)
+-- @column timeline          gpu (NCCL kernel) | cpu (gloo call + runloop)
+-- @column cpu_event_id      event_id of the c10d::* call (NULL: a kernel no call launched)
+-- @column cpu_tid           thread of that call
+-- @column kernel_event_id   event_id of the first NCCL/RCCL kernel the call launched (NULL on cpu timelines)
+-- @column runloop_event_id  event_id of the gloo runloop's annotation paired with the call (NULL: none)
+SELECT r.rank, r.match_key, r.op, r.bytes, r.group_size, r.pg_name, r.pg_ranks, r.timeline,
+       r.cpu_event_id, r.cpu_tid, r.kernel_event_id, p.event_id AS runloop_event_id
+FROM _comm_trace_rows r
+LEFT JOIN _comm_loose_pairs p ON p.rank = r.rank AND p.call_event_id = r.cpu_event_id
+WHERE r.rank IN (SELECT unnest($ranks::BIGINT[])) AND r.timeline IN ('gpu', 'cpu')
+ORDER BY r.match_key, r.rank

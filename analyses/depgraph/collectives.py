@@ -1,0 +1,146 @@
+"""Collective instances across ranks: one row per instance (the communication model's input) from its
+participants on each rank, each participant's wait split from the transfer every rank shares, and the
+gloo callers' wake-ups."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = ["coll_id", "match_key", "op", "bytes", "group_size", "ranks", "n_hosts", "pg_name", "timeline",
+           "measured_transfer_ns", "first_arrival_ns", "last_arrival_ns", "barrier_start_ns", "order",
+           "present_ranks", "events", "arrivals", "early", "missing_peers", "wakes", "callers"]
+
+
+def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.DataFrame, gpu: pd.DataFrame,
+                spans: dict):
+    """One row per collective instance (COLUMNS) and its participants' events: {(rank, event_id): coll_id}.
+    A participant's measured time splits into its wait (until the last participant arrived) and the
+    transfer (from then to the first finish, which every rank shares)."""
+    rows = _participants(rows, cpu, gpu)
+    if rows.empty:
+        return pd.DataFrame(columns=COLUMNS), {}
+    rows = rows.sort_values(["match_key", "rank"], kind="stable").reset_index(drop=True)
+    grp = rows.groupby("match_key", sort=False)
+    agg = grp.agg(first_arrival_ns=("ts_ns", "min"), last_arrival_ns=("ts_ns", "max"), first_end_ns=("end_ns", "min"),
+                  n=("rank", "size"), op=("op", "first"), bytes=("bytes", "max"), group_size=("group_size", "first"),
+                  pg_name=("pg_name", "first"), timeline=("timeline", "first"),
+                  present_ranks=("rank", list), events=("event_id", list), arrivals=("ts_ns", list))
+    agg["pg_ranks"] = grp.pg_ranks.first()
+    inconsistent = _transfer(agg, rows, spans)
+    missing = _groups(agg, dict(zip(hosts["rank"].astype(int), hosts.hostname)))
+    df = agg.reset_index()
+    df = df.sort_values(["first_arrival_ns", "match_key"], kind="stable").reset_index(drop=True)
+    df.insert(0, "coll_id", np.arange(len(df), dtype=np.int64))
+    df["order"] = np.arange(len(df), dtype=np.int64)
+    members = {}
+    df["bytes"] = df["bytes"].astype("Int64")
+    df["n_hosts"] = df["n_hosts"].astype("Int64")
+    for c, rks, evs in zip(df.coll_id, df.present_ranks, df.events):
+        for r, e in zip(rks, evs):
+            members[(int(r), int(e))] = int(c)
+    if inconsistent:
+        notes.append(f"{inconsistent} collective(s) had a rank finish before the last one arrived (a tree or "
+                     "broadcast that released it early, or unaligned clocks): no shared transfer window, the "
+                     "early ranks keep their measured time")
+    if missing:
+        notes.append(f"{missing} collective(s) have peers outside the replayed ranks: their arrival is taken from "
+                     "the measured wait (the present ranks' waits are kept inside the transfer time)")
+    return df[COLUMNS], members
+
+
+def _participants(rows: pd.DataFrame, cpu: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
+    """The participants with the event each one is in the graph (the runloop's annotation for gloo, the
+    kernel for NCCL, else the call), its measured times, and the calling thread; one per rank and instance."""
+    if rows.empty:
+        return rows
+    ev = rows.runloop_event_id.where(rows.timeline == "cpu")
+    ev = ev.fillna(rows.kernel_event_id.where(rows.timeline == "gpu")).fillna(rows.cpu_event_id)
+    rows = rows.assign(event_id=ev).dropna(subset=["event_id"])
+    rows["event_id"] = rows.event_id.astype(np.int64)
+    times = pd.concat([cpu[["rank", "event_id", "ts_ns", "end_ns"]], gpu[["rank", "event_id", "ts_ns", "end_ns"]]])
+    rows = rows.merge(times, on=["rank", "event_id"], how="inner")
+    rows = rows.sort_values(["match_key", "rank", "ts_ns"], kind="stable").drop_duplicates(["match_key", "rank"])
+    calls = cpu[["rank", "event_id", "pid", "tid"]].rename(columns={"event_id": "cpu_event_id", "pid": "call_pid",
+                                                                    "tid": "call_tid"})
+    return rows.merge(calls, on=["rank", "cpu_event_id"], how="left")
+
+
+def _transfer(agg: pd.DataFrame, rows: pd.DataFrame, spans: dict) -> int:
+    """Set each instance's measured transfer window and its participants' early / wake-up lists; returns
+    how many instances had a rank finish before the last one arrived."""
+    single = agg.n.to_numpy() == 1
+    transfer = (agg.first_end_ns - agg.last_arrival_ns).to_numpy(np.int64)
+    inconsistent = int(((transfer < 0) & ~single).sum())
+    transfer = np.maximum(transfer, 0)
+    # a lone participant: its whole time counts as the transfer (its peers are not here to wait for)
+    transfer[single] = (agg.first_end_ns - agg.first_arrival_ns).to_numpy(np.int64)[single]
+    agg["measured_transfer_ns"] = transfer
+    agg["barrier_start_ns"] = agg.last_arrival_ns
+    # gloo: the caller blocks in wait() and wakes when the collective completes, which the runloop's
+    # annotation can outlast by a few ms; the shared transfer window ends at the first sign of
+    # completion on any rank: the first annotation end or the first caller's wake-up
+    wake = _wake_times(rows, agg.last_arrival_ns, spans)
+    rows["wake_ns"] = wake
+    first_wake = rows.assign(w=np.where(wake >= 0, wake, np.iinfo(np.int64).max)).groupby("match_key", sort=False).w.min()
+    cut = first_wake.to_numpy(np.int64) - agg.last_arrival_ns.to_numpy(np.int64)
+    has = first_wake.to_numpy(np.int64) != np.iinfo(np.int64).max
+    use = has & (cut >= 0) & ~single & (cut < transfer)
+    transfer = np.where(use, cut, transfer)
+    agg["measured_transfer_ns"] = transfer
+    rel = rows.match_key.map(agg.last_arrival_ns + agg.measured_transfer_ns).to_numpy(np.int64)
+    rows["early"] = rows.end_ns.to_numpy(np.int64) < rel
+    agg["early"] = rows.groupby("match_key", sort=False).early.agg(list)
+    agg["wakes"] = rows.groupby("match_key", sort=False).wake_ns.agg(list)
+    agg["callers"] = rows.groupby("match_key", sort=False).apply(
+        lambda x: list(zip(x["rank"], x.call_pid, x.call_tid)), include_groups=False)
+    return inconsistent
+
+
+def _groups(agg: pd.DataFrame, host_of: dict) -> int:
+    """Set each instance's group (ranks, group_size), hosts it spans and peers outside the replayed ranks;
+    returns how many instances miss peers."""
+    groups, sizes, hosts_n, miss = [], [], [], []
+    cache = {}
+    for pr, rk, gs in zip(agg.pg_ranks, agg.present_ranks, agg.group_size):
+        group = [int(x) for x in pr] if pr is not None and len(pr) else [int(x) for x in rk]
+        size = len(group) if pd.isna(gs) else int(gs)
+        key = tuple(group)
+        if key not in cache:
+            hs = [host_of.get(r) for r in group]
+            cache[key] = len(set(hs)) if all(h is not None for h in hs) else pd.NA
+        groups.append(group)
+        sizes.append(size)
+        hosts_n.append(cache[key])
+        miss.append(max(0, size - len(rk)))
+    agg["ranks"], agg["group_size"], agg["n_hosts"], agg["missing_peers"] = groups, sizes, hosts_n, miss
+    return int((np.asarray(miss) > 0).sum())
+
+
+def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.ndarray:
+    """For each gloo participant: when its calling thread woke from the wait (the end of the idle gap that
+    covers most of the transfer window), -1 when the caller did not sit idle through it."""
+    out = np.full(len(rows), -1, np.int64)
+    la = rows.match_key.map(last_arrival).to_numpy(np.int64)
+    for i, (tl, r, pid, tid, end) in enumerate(zip(rows.timeline, rows["rank"], rows.call_pid, rows.call_tid,
+                                                   rows.end_ns)):
+        if tl != "cpu" or pd.isna(pid) or pd.isna(tid):
+            continue
+        sp = spans.get((int(r), int(pid), int(tid)))
+        if sp is None or len(sp[0]) < 2:
+            continue
+        gs, ge = sp
+        lo, hi = la[i], int(end)
+        window = hi - lo
+        if window <= 0:
+            continue
+        # idle gaps (ge[j], gs[j+1]) overlapping the window; the one covering most of it
+        j0 = max(0, np.searchsorted(ge, lo, side="right") - 1)
+        j1 = np.searchsorted(gs, hi, side="right")
+        best, best_j = 0, -1
+        for j in range(j0, min(j1, len(gs) - 1)):
+            ov = min(gs[j + 1], hi) - max(ge[j], lo)
+            if ov > best:
+                best, best_j = ov, j
+        if best_j >= 0 and best * 2 >= window:
+            out[i] = gs[best_j + 1]
+    return out

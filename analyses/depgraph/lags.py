@@ -1,0 +1,68 @@
+"""Binding dependencies: each node's binding dependency (the one satisfied last on the measured times)
+gets the measured ready-to-start lag, inferred dependencies the measurements contradict are dropped, and
+the critical predecessors the critical path walks back along are the same binding dependencies."""
+from __future__ import annotations
+
+import numpy as np
+
+from .model import EDGE_KINDS, E, Graph
+
+# inferred dependencies: the measured times may contradict them (then they are dropped), hard ones never
+_SOFT = np.array([k in ("event_wait", "sync", "enqueue", "host_wait") for k in EDGE_KINDS])
+
+
+def bind_lags(g: Graph) -> None:
+    """Give each node's binding dependency (the one satisfied last, on measured times) the measured
+    ready-to-start lag; drop inferred dependencies the measurements contradict."""
+    if g.n_edges == 0:
+        return
+    ready = ready_ns(g)
+    slack = g.start_ns[g.dst] - ready
+    contradicted = (slack < 0) & _SOFT[g.edge_kind]
+    if contradicted.any():
+        dropped = np.bincount(g.edge_kind[contradicted], minlength=len(EDGE_KINDS))
+        g.notes.append("dropped inferred dependencies the measured times contradict: " + ", ".join(
+            f"{EDGE_KINDS[k]} {n}" for k, n in enumerate(dropped) if n))
+        keep = ~contradicted
+        g.src, g.dst, g.from_end, g.edge_kind = g.src[keep], g.dst[keep], g.from_end[keep], g.edge_kind[keep]
+        ready, slack = ready[keep], slack[keep]
+    # binding edge per destination: the largest ready time (ties: the lowest edge index)
+    binding = _first_per_dst(np.lexsort((np.arange(len(ready)), -ready, g.dst)), g.dst)
+    lag = np.zeros(len(ready), np.int64)
+    lag[binding] = slack[binding]
+    late = lag < 0
+    g.stats["late_nodes"] = int(late.sum())  # started before a hard dependency was met (clock noise)
+    g.stats["late_ns"] = int(-lag[late].sum())
+    lag[late] = 0
+    g.lag_ns = lag
+    # sort edges by source for the engine
+    o = np.lexsort((g.dst, g.src))
+    g.src, g.dst, g.from_end, g.edge_kind, g.lag_ns = g.src[o], g.dst[o], g.from_end[o], g.edge_kind[o], g.lag_ns[o]
+
+
+def ready_ns(g: Graph) -> np.ndarray:
+    """Per edge: when it is satisfied on the measured times (the source's end, or its start)."""
+    start = g.start_ns[g.src]
+    return np.where(g.from_end, start + g.dur_ns[g.src], start)
+
+
+def critical_edges(g: Graph) -> np.ndarray:
+    """Per node: the edge of its critical predecessor (-1: none), its binding dependency on the measured
+    times. A tie goes to a launch or a sync (an op whose stream was already free when its launch began
+    waited on the launch), then to the later source node."""
+    out = np.full(g.n_nodes, -1, np.int64)
+    if g.n_edges == 0:
+        return out
+    prefer = np.isin(g.edge_kind, (E["launch"], E["sync"]))
+    order = np.lexsort((-g.src, ~prefer, -ready_ns(g), g.dst))
+    binding = _first_per_dst(order, g.dst)
+    out[g.dst[binding]] = binding
+    return out
+
+
+def _first_per_dst(order: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The first edge of each destination in `order` (edges sorted by destination first)."""
+    dst_sorted = dst[order]
+    head = np.ones(len(order), bool)
+    head[1:] = dst_sorted[1:] != dst_sorted[:-1]
+    return order[head]

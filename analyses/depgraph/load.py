@@ -1,0 +1,60 @@
+"""Loading a run's ranks for the graph: the selected ranks, and their CPU ops, runtime calls, GPU ops,
+sync records, steps, hosts and collective participants as DataFrames."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tracekit.errors import TracekitError
+
+from .._sql import query
+from ..comms import comm_participants
+
+
+@dataclass
+class Loaded:
+    """What the graph is built from, one DataFrame per source (measured times, ns)."""
+
+    cpu: pd.DataFrame  # rank, pid, tid, event_id, cat, name, ts_ns, dur_ns, correlation
+    gpu: pd.DataFrame  # rank, pid, tid, event_id, name, ts_ns, dur_ns, correlation
+    cuda_sync: pd.DataFrame  # rank, correlation, name, stream, wait_on_stream
+    steps: pd.DataFrame  # rank, step, pid, tid, ts_ns, end_ns, is_last
+    hosts: pd.DataFrame  # rank, hostname
+    comm: pd.DataFrame  # collective participants (analyses/comm_participants.sql)
+
+
+def select_ranks(run, ranks=None) -> list[int]:
+    """The ranks to build the graph of, sorted (default: all of the store's)."""
+    all_ranks = [int(r) for r in run.sql("SELECT rank FROM ranks ORDER BY rank")["rank"]]
+    if not all_ranks:
+        raise TracekitError(f"{run.store.path}: the store has no ranks to replay")
+    if ranks is None:
+        return all_ranks
+    ranks = sorted({int(r) for r in ranks})
+    missing = [r for r in ranks if r not in all_ranks]
+    if missing:
+        raise TracekitError(f"--ranks: rank(s) {', '.join(map(str, missing))} not in the store "
+                            f"(it has ranks {_span(all_ranks)})")
+    return ranks
+
+
+def _span(ranks) -> str:
+    return f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 3 else ", ".join(map(str, ranks))
+
+
+def load(run, ranks) -> Loaded:
+    return Loaded(cpu=query(run, "_graph_cpu", ranks=ranks), gpu=query(run, "_graph_gpu", ranks=ranks),
+                  cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks), steps=query(run, "_graph_steps", ranks=ranks),
+                  hosts=_hosts(run), comm=comm_participants(run, ranks))
+
+
+def _hosts(run) -> pd.DataFrame:
+    """rank -> host. Testbed namespaces share the machine's hostname, so run.json's per-rank `host`
+    label, when there is one, names the host a rank ran on."""
+    hosts = run.sql("SELECT rank, hostname FROM ranks ORDER BY rank")
+    label = {int(r["rank"]): r["host"] for r in run.run_manifest().get("ranks") or []
+             if isinstance(r, dict) and r.get("host") is not None and r.get("rank") is not None}
+    if label:
+        hosts["hostname"] = [label.get(int(r), h) for r, h in zip(hosts["rank"], hosts.hostname)]
+    return hosts
