@@ -244,11 +244,17 @@ FROM nccl_inspector;
 -- Inspector's rows (source says which).
 -- start_ns is the arrival: the kernel start on a GPU, the call on a CPU (gloo) rank; end_ns is when the
 -- collective finished there: the kernel end, or the end of the runloop's work (else of the call).
+-- work_start_ns is when the rank began working on it: the kernel start, or when a gloo worker thread took it
+-- from the queue (the runloop's work; else the call); queued_ns = work_start_ns - start_ns on a gloo rank:
+-- the time it waited for a free worker behind earlier collectives (NULL on a GPU rank).
 CREATE OR REPLACE TEMP VIEW _comm_trace_rows AS
 SELECT r.*,
        coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS clock_offset_ns,
        CASE r.timeline WHEN 'gpu' THEN r.kernel_start_ns WHEN 'cpu' THEN r.cpu_start_ns END
          + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS start_ns,
+       CASE r.timeline WHEN 'gpu' THEN r.kernel_start_ns WHEN 'cpu' THEN coalesce(r.runloop_start_ns, r.cpu_start_ns) END
+         + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS work_start_ns,
+       CASE WHEN r.timeline = 'cpu' THEN greatest(r.runloop_start_ns - r.cpu_start_ns, 0) END AS queued_ns,
        CASE r.timeline WHEN 'gpu' THEN r.kernel_end_ns WHEN 'cpu' THEN greatest(r.runloop_end_ns, r.cpu_end_ns) END
          + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS end_ns,
        CASE WHEN r.comms_id IS NOT NULL THEN 'comms_id' WHEN r.seq IS NOT NULL THEN 'seq' ELSE 'ordinal' END AS match_by,
@@ -260,7 +266,7 @@ LEFT JOIN _comm_clock_offsets o ON o.rank = r.rank
 LEFT JOIN ranks k ON k.rank = r.rank;
 
 CREATE OR REPLACE TEMP VIEW _comm_rows AS
-SELECT *, 'kineto' AS source, end_ns - start_ns AS dur_ns FROM _comm_trace_rows
+SELECT *, 'kineto' AS source, end_ns - start_ns AS dur_ns, end_ns - work_start_ns AS work_ns FROM _comm_trace_rows
 UNION ALL BY NAME
 SELECT * FROM _comm_inspector_rows;
 
@@ -277,6 +283,7 @@ WITH g AS (
          -- ties (equal starts) go to the lowest rank, as TraceLens counts them, whatever order the rows come in
          arg_min(rank, [start_ns, rank]) AS first_arrival_rank, arg_max(rank, [start_ns, -rank]) AS last_arrival_rank,
          min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
+         max(coalesce(work_start_ns, start_ns)) AS last_work_start_ns, min(coalesce(work_ns, dur_ns)) AS min_work_ns,
          min(dur_ns) AS min_dur_ns, round_even(median(dur_ns), 0)::BIGINT AS median_dur_ns
   FROM _comm_rows GROUP BY match_key
 ),
@@ -286,11 +293,13 @@ SELECT g.*,
        list_filter(g.pg_ranks, lambda x: NOT list_contains(t.ranks, x)) AS ranks_not_traced,
        list_filter(g.pg_ranks, lambda x: list_contains(t.ranks, x) AND NOT list_contains(g.participants, x)) AS ranks_missing,
        g.last_arrival_ns - g.first_arrival_ns AS arrival_skew_ns,
-       -- the data can only move once the last rank is in: when every kernel is still running then, the
-       -- transfer is last arrival -> first finish; otherwise (no overlap, e.g. a tree broadcast that let a
-       -- rank go early, or unaligned clocks) the shortest participant's duration, as TraceLens reports
-       CASE WHEN len(g.timed_ranks) >= 2 AND g.last_arrival_ns < g.first_end_ns THEN g.first_end_ns - g.last_arrival_ns
-            ELSE g.min_dur_ns END AS transfer_ns,
+       -- the data can only move once the last rank is working on it (its kernel runs, a gloo worker took it):
+       -- when every participant is still running then, the transfer is that moment -> first finish; otherwise
+       -- (no overlap, e.g. a tree broadcast that let a rank go early, or unaligned clocks) the shortest
+       -- participant's time at work, as TraceLens reports. A gloo collective queued behind others on the
+       -- worker threads counts its queueing in the participants' queued_ns, not in the transfer.
+       CASE WHEN len(g.timed_ranks) >= 2 AND g.last_work_start_ns < g.first_end_ns THEN g.first_end_ns - g.last_work_start_ns
+            ELSE g.min_work_ns END AS transfer_ns,
        CASE g.op WHEN 'all_reduce' THEN 2.0 * (g.group_size - 1) / g.group_size
                  WHEN 'reduce_scatter' THEN (g.group_size - 1) / g.group_size::DOUBLE
                  WHEN 'all_gather' THEN (g.group_size - 1) / g.group_size::DOUBLE

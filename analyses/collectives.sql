@@ -45,7 +45,12 @@
 -- @column dur_ns            end_ns - start_ns (Inspector: its exec time, known without start/end)
 -- @column arrival_delay_ns  start_ns - first arrival among the participants
 -- @column is_last_arrival   this rank arrived last (of two or more timed participants)
--- @column wait_ns           dur_ns - transfer_ns of the matched collective (time spent waiting for others), >= 0
+-- @column wait_ns           dur_ns - transfer_ns - queued_ns of the matched collective: time spent waiting for
+--                           the others (the queueing for a free gloo worker is queued_ns), >= 0
+-- @column work_start_ns     when the rank began working on it: kernel start (gpu), or when a gloo worker thread
+--                           took it from the queue (cpu: runloop start, else the call)
+-- @column queued_ns         work_start_ns - start_ns on a gloo rank: waiting behind earlier collectives for a free
+--                           worker thread (NULL on GPU ranks)
 SELECT r.rank, r.source, r.step, r.match_key, r.match_by, r.ordinal, r.pg_name, r.pg_desc, r.pg_ranks, r.pg_source, r.group_size,
        r.op, r.coll_name, r.dtype, r.elem_bytes, r.in_nelems, r.out_nelems, r.bytes, r.size_source, r.timeline,
        r.cpu_name, r.cpu_event_id, r.cpu_start_ns, r.cpu_end_ns, r.kernel_name, r.kernel_event_id, r.kernel_count,
@@ -53,7 +58,7 @@ SELECT r.rank, r.source, r.step, r.match_key, r.match_by, r.ordinal, r.pg_name, 
        r.clock_offset_ns, r.start_ns, r.end_ns, r.dur_ns,
        r.start_ns - m.first_arrival_ns AS arrival_delay_ns,
        coalesce(len(m.timed_ranks) >= 2 AND r.rank = m.last_arrival_rank, false) AS is_last_arrival,
-       greatest(r.dur_ns - m.transfer_ns, 0) AS wait_ns
+       greatest(r.dur_ns - m.transfer_ns - coalesce(r.queued_ns, 0), 0) AS wait_ns, r.work_start_ns, r.queued_ns
 FROM _comm_rows r JOIN _comm_matched m USING (match_key)
 WHERE ($rank IS NULL OR r.rank = $rank) AND ($op IS NULL OR r.op = $op)
 ORDER BY r.rank, r.pg_name NULLS FIRST, r.ordinal

@@ -1,8 +1,10 @@
 -- Matched collectives: one row per collective instance across ranks, with its participants, arrival skew,
 -- transfer time, bandwidth (nccl-tests algbw / busbw) and the group members missing from the trace set.
 --
--- transfer_ns is last arrival -> first finish when every participant was still running at the last arrival
--- (the data can only move then), else the shortest participant's duration (TraceLens's transfer time).
+-- transfer_ns runs from the moment the last participant began working on it (its kernel started; on gloo, a
+-- worker thread took it from the queue) to the first finish, when every participant was still running then
+-- (the data can only move then), else the shortest participant's time at work (TraceLens's transfer time).
+-- Queueing behind earlier gloo collectives is each participant's queued_ns (collectives), not transfer.
 -- A sampled trace set (2 of 128 ranks) is reported, not refused: ranks_not_traced lists the absent members
 -- and complete is false.
 --

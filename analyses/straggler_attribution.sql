@@ -19,7 +19,7 @@
 -- @column consistently_late  late at least twice and at twice its fair share
 WITH p AS (
   SELECT r.rank, r.step, r.match_key, m.group_size, m.arrival_skew_ns, m.last_arrival_rank,
-         greatest(r.end_ns - r.start_ns - m.transfer_ns, 0) AS wait_ns
+         greatest(r.end_ns - r.start_ns - m.transfer_ns - coalesce(r.queued_ns, 0), 0) AS wait_ns
   FROM _comm_rows r JOIN _comm_matched m USING (match_key)
   WHERE r.start_ns IS NOT NULL AND len(m.timed_ranks) >= 2
 ),

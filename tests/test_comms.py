@@ -54,7 +54,10 @@ def test_tiny_gloo_rows_and_sizes(gloo3):
     assert list(df["dtype"]) == ["float"] * 3 and list(df["timeline"]) == ["cpu"] * 3
     assert list(df["start_ns"] - 10**18) == [100_000, 130_000, 110_000]
     assert list(df["end_ns"] - 10**18) == [160_000, 160_000, 161_000]
-    # transfer = last arrival (130) -> first finish (160) = 30 us; the others waited the rest
+    # each runloop takes its collective 1 us after the call (queued_ns); transfer = the last worker start (131)
+    # -> first finish (160) = 29 us; the others waited the rest for their peers
+    assert list(df["queued_ns"]) == [1_000] * 3
+    assert list(df["work_start_ns"] - 10**18) == [101_000, 131_000, 111_000]
     assert list(df["wait_ns"]) == [30_000, 0, 21_000]
     assert list(df["arrival_delay_ns"]) == [0, 30_000, 10_000]
     assert list(df["is_last_arrival"]) == [False, True, False]
@@ -83,9 +86,31 @@ def test_tiny_gloo_matched(gloo3):
     r = m.iloc[0]
     assert r["participants"] == [0, 1, 2] and r["complete"] and r["consistent"]
     assert r["arrival_skew_ns"] == 30_000 and r["last_arrival_rank"] == 1 and r["first_arrival_rank"] == 0
-    assert r["transfer_ns"] == 30_000 and r["min_dur_ns"] == 30_000
-    assert r["algbw_gbps"] == pytest.approx(4000 / 30_000)
-    assert r["busbw_gbps"] == pytest.approx(4000 / 30_000 * 2 * 2 / 3)
+    assert r["transfer_ns"] == 29_000 and r["min_dur_ns"] == 30_000
+    assert r["algbw_gbps"] == pytest.approx(4000 / 29_000)
+    assert r["busbw_gbps"] == pytest.approx(4000 / 29_000 * 2 * 2 / 3)
+
+
+def test_gloo_collectives_queued_behind_others_count_their_queueing_apart(tmp_path):
+    # two ranks call two all-reduces at 100 and 101 us; one runloop thread works on them in turn: 102-202 and
+    # 202-302 on both ranks. The second one's transfer is its worker span (100 us), not 201 us from its call;
+    # the 101 us it sat in the queue is its queued_ns
+    for rank in (0, 1):
+        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 1, "ts": 0.0, "dur": 500.0}]
+        for i, (call, work) in enumerate(((100.0, 102.0), (101.0, 202.0))):
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 10, "tid": 1, "ts": call,
+                       "dur": 0.5, "args": {"External id": 5 + i, "Input Dims": [[[1000]], [], [], [], [], []],
+                                            "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]}})
+            ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 10, "tid": 2, "ts": work,
+                       "dur": 100.0, "args": {"Input Dims": [[1000]], "Input type": ["float"]}})
+        write_trace(tmp_path / f"rank{rank}.json", ev, rank=rank, world_size=2, base_ns=10**18)
+    run = tracekit.open(tmp_path, store=str(tmp_path / "store"))
+    df = comms.collectives(run)
+    assert sorted(df["queued_ns"]) == [2_000, 2_000, 101_000, 101_000]
+    m = comms.collectives_matched(run).sort_values("first_arrival_ns")
+    assert list(m["transfer_ns"]) == [100_000, 100_000]
+    assert list(m["busbw_gbps"]) == pytest.approx([4000 / 100_000] * 2)
+    run.close()
 
 
 def test_tiny_gloo_stragglers(gloo3):
