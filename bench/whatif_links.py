@@ -1,0 +1,134 @@
+"""The shared-link model against runs recorded under other conditions: the validation matrix of
+docs/whatif.md (links model next to the alpha-beta model, same runs, same replay).
+
+    scripts/record_overlap_runs.sh runs/overlap          # on a quiet machine, as root (the testbed)
+    python bench/whatif_links.py [--runs runs/overlap] [--write-docs]
+
+For every job recorded at several link rates, every ordered pair (a, b): "links r_b/r_a" replayed from run a
+predicts run b's step time (the slowest rank's median step, measured); data parallelism 2 -> 4 hosts and back;
+the run with one slow host predicted from the symmetric run with a [[network.hosts]] override; and each run
+replayed by the calibrated links model on its own (absolute: no measured transfer kept). The bundled
+single-bucket samples are included. Targets (the shared-link issue): pairs within 5%, their median within
+2%; data parallelism and the slow host within 10%; absolute within 3%.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MODELS = ("alpha_beta", "links")
+_RATE = re.compile(r"^(?P<job>[a-z0-9]+)_(?P<hosts>\d+)hosts_(?P<rate>\d+)mbit$")
+
+
+def _runs(runs_dir: Path) -> dict[str, Path]:
+    found = {p.name: p for p in sorted(runs_dir.iterdir()) if (p / "run.json").exists()} if runs_dir.is_dir() else {}
+    for name in ("ddp2_2hosts_100mbit", "ddp2_2hosts_400mbit"):  # the bundled single-bucket pair
+        found.setdefault(name, REPO / "sample_traces" / name)
+    return found
+
+
+def cases(names) -> list[tuple]:
+    """(kind, label, source run, scenario document without the model, measured run)."""
+    out = []
+    by_job: dict[tuple, dict[int, str]] = {}
+    for n in names:
+        m = _RATE.match(n)
+        if m:
+            by_job.setdefault((m["job"], int(m["hosts"])), {})[int(m["rate"])] = n
+    for (job, hosts), rates in sorted(by_job.items()):
+        for ra, a in sorted(rates.items()):
+            for rb, b in sorted(rates.items()):
+                if ra != rb:
+                    out.append(("pair", f"{job}: links {rb}/{ra} Mbit/s", a, {"network": {"bandwidth_scale": rb / ra}}, b))
+    two, four = "a_2hosts_100mbit", "a_4hosts_100mbit"
+    if two in names and four in names:
+        out.append(("dp", "a: data parallelism 2 -> 4 hosts", two, {"parallelism": {"dp": 4}}, four))
+        out.append(("dp", "a: data parallelism 4 -> 2 hosts", four, {"parallelism": {"dp": 2}}, two))
+    sym, slow = "a_2hosts_200mbit", "a_2hosts_200mbit_h1_50mbit"
+    if sym in names and slow in names:
+        out.append(("host", "a: host 1's NIC 4x slower", sym,
+                    {"network": {"hosts": [{"ranks": [1], "bandwidth_scale": 0.25}]}}, slow))
+    for n in sorted(names):
+        out.append(("absolute", f"{n}: calibrated model on its own run", n, {}, n))
+    return out
+
+
+def validate(runs: dict[str, Path], tmp: str) -> list[dict]:
+    import replay
+    import tracekit
+    from replay.scenario import scenario_from_dict
+
+    opened, measured = {}, {}
+
+    def run_of(name):
+        if name not in opened:
+            opened[name] = tracekit.open(str(runs[name]), store=os.path.join(tmp, name))
+            measured[name] = int(replay.run(opened[name]).summary().measured_step_ns.max())
+        return opened[name]
+
+    rows = []
+    for kind, label, src, doc, dst in cases(runs):
+        row = {"kind": kind, "case": label, "from": src, "measured_run": dst}
+        run_of(dst)
+        row["measured_ms"] = measured[dst] / 1e6
+        for model in MODELS:
+            if kind in ("host", "absolute") and model == "alpha_beta":
+                row[model] = None  # per-host NICs and the absolute fit are the links model's
+                continue
+            net = {**doc.get("network", {}), "model": model}
+            sc = scenario_from_dict({**doc, "network": net}, label)
+            pred = replay.run(run_of(src), sc).summary().predicted_step_ns.max()
+            row[model] = 100.0 * (pred - measured[dst]) / measured[dst]
+        rows.append(row)
+    for r in opened.values():
+        r.close()
+    return rows
+
+
+def markdown(rows) -> str:
+    def pct(v):
+        return "n/a" if v is None else f"{v:+.1f}%"
+
+    out = ["| case | from run | measured run | measured step (ms) | alpha-beta | links |",
+           "| --- | --- | --- | ---: | ---: | ---: |"]
+    for r in rows:
+        out.append(f"| {r['case']} | `{r['from']}` | `{r['measured_run']}` | {r['measured_ms']:.1f} | "
+                   f"{pct(r.get('alpha_beta'))} | {pct(r.get('links'))} |")
+    pairs = [abs(r["links"]) for r in rows if r["kind"] == "pair" and r.get("links") is not None]
+    if pairs:
+        pairs.sort()
+        med = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
+        out.append("")
+        out.append(f"links model over {len(pairs)} rate pair(s): median |error| {med:.1f}% (target 2%), worst "
+                   f"{pairs[-1]:.1f}% (target 5%)")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", default=str(REPO / "runs" / "overlap"), help="scripts/record_overlap_runs.sh's output")
+    ap.add_argument("--write-docs", action="store_true", help="write the table into docs/whatif.md")
+    a = ap.parse_args()
+    runs = _runs(Path(a.runs))
+    if not any(_RATE.match(n) and not n.startswith("ddp") for n in runs):
+        print(f"no overlap runs in {a.runs}: record them with scripts/record_overlap_runs.sh {a.runs} "
+              "(only the bundled single-bucket pair is compared)", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="tracekit-bench-links-") as tmp:
+        rows = validate(runs, tmp)
+    text = markdown(rows)
+    print(text)
+    if a.write_docs:
+        from _common import write_md_block
+
+        write_md_block(str(REPO / "docs" / "whatif.md"), "links-validation", text)
+
+
+if __name__ == "__main__":
+    main()
