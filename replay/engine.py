@@ -12,9 +12,10 @@ at the latest release time plus that dependency's lag. Dependencies are released
 start (`from_end` false) or end.
 
 Work served by a pool (a backend's worker threads: gloo runs collectives on whichever of its threads is
-free) names the pool: a pool node that becomes ready starts at once when one of the pool's servers is
-free, else it waits in the pool's FIFO queue and starts when a server finishes (servers freed at a time
-serve the work that became ready at that time).
+free) takes a server when it starts and gives it back when it (or a later node of the same job) ends: a
+node that acquires from a pool starts at once when one of the pool's servers is free, else it waits in the
+pool's FIFO queue and starts when a server is given back (servers given back at a time serve the work that
+became ready at that time).
 
 Transfers that share links are flows (replay/sharing.py): a flow node starts like any node, waits its
 latency (an ACTIVATE event), then moves its bytes at the max-min fair rate its links give it; the rates of
@@ -46,11 +47,12 @@ _max_min = _njit(cache=True, nogil=True)(max_min_rates) if _njit is not None els
 
 
 def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0, until,
-              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap, pool_of, pool_servers, q_ptr):
+              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap, pool_of, release_of, pool_servers, q_ptr):
     """Run the event loop. Returns (start, end) per node; -1 for nodes that never started (or started
     after `until` when until >= 0) and whose end lies past it. flow_of[node]: the node's flow (-1: none);
-    f_*: the flows (replay/sharing.Flows); pool_of[node]: the node's pool (-1: none), pool_servers[p] its
-    servers, q_ptr[p]:q_ptr[p+1] the slots of its queue (one per member node).
+    f_*: the flows (replay/sharing.Flows); pool_of[node]: the pool the node takes a server of when it starts
+    (-1: none), release_of[node]: the pool it gives a server back to when it ends, pool_servers[p] its
+    servers, q_ptr[p]:q_ptr[p+1] the slots of its queue (one per node that acquires from it).
 
     Event codes: node (START; for a pool node: ready, served when a server is free), node + n (a flow's
     ACTIVATE), node + 2n (START of a pool node that holds a server), -(version + 1) (a flow CHECK)."""
@@ -149,8 +151,8 @@ def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0
         else:
             end[node] = t
             point = 1
-            p = pool_of[node]
-            if p >= 0:  # its server takes the oldest waiting work of the pool, or becomes free
+            p = release_of[node]
+            if p >= 0:  # the server goes to the oldest waiting work of the pool, or becomes free
                 if q_head[p] < q_tail[p]:
                     heapq.heappush(heap, (t, np.int64(START), np.int64(seq), queue[q_head[p]] + 2 * n))
                     seq += 1
@@ -226,7 +228,8 @@ class Engine:
             pools: tuple | None = None) -> Schedule:
         """Replay with these node durations (and edge lags, default: the constructor's). flows: transfers
         timed by link sharing (replay/sharing.Flows); their nodes' durations are not used. pools:
-        (pool_of per node, -1 for none; servers per pool): work served by a pool of servers in FIFO order."""
+        (acquire per node, release per node, servers per pool): the pool each node takes a server of when
+        it starts and the one it gives a server back to when it ends (-1: none), served in FIFO order."""
         dur = np.ascontiguousarray(np.asarray(dur_ns, np.int64))
         if len(dur) != self.n:
             raise ValueError(f"{len(dur)} durations for {self.n} nodes")
@@ -241,11 +244,11 @@ class Engine:
             if fl.node.min() < 0 or fl.node.max() >= self.n:
                 raise ValueError(f"a flow names a node outside 0..{self.n - 1}")
             flow_of[fl.node] = np.arange(len(fl), dtype=np.int64)
-        pool_of, servers, q_ptr = _pools(self.n, pools)
+        pool_of, release_of, servers, q_ptr = _pools(self.n, pools)
         start, end = _core(self.compiled)(self.n, dur, self._ptr, self._dst, lag, self._from_end, self._indeg,
                                           np.int64(self.source), np.int64(self.t0), np.int64(until), flow_of,
                                           fl.node, fl.bytes, fl.latency_ns, fl.route_ptr, fl.route_links,
-                                          fl.capacity, pool_of, servers, q_ptr)
+                                          fl.capacity, pool_of, release_of, servers, q_ptr)
         reached = int((start >= 0).sum())
         if until < 0 and reached != self.n:
             raise ValueError(f"{self.n - reached} node(s) never became ready: the graph has a cycle")
@@ -253,18 +256,23 @@ class Engine:
 
 
 def _pools(n: int, pools):
-    """(pool_of, servers, queue pointers) for the loop from (pool_of per node, servers per pool)."""
+    """(acquire, release, servers, queue pointers) for the loop from (acquire, release, servers)."""
+    none = np.full(n, -1, np.int64)
     if pools is None:
-        return np.full(n, -1, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64)
-    pool_of = np.ascontiguousarray(np.asarray(pools[0], np.int64))
-    servers = np.ascontiguousarray(np.asarray(pools[1], np.int64))
-    if len(pool_of) != n:
-        raise ValueError(f"{len(pool_of)} pool entries for {n} nodes")
-    if len(pool_of) and pool_of.max() >= len(servers) or (pool_of < -1).any():
-        raise ValueError(f"a node names a pool outside 0..{len(servers) - 1}")
+        return none, none, np.zeros(0, np.int64), np.zeros(1, np.int64)
+    acquire, release = (np.ascontiguousarray(np.asarray(x, np.int64)) for x in pools[:2])
+    servers = np.ascontiguousarray(np.asarray(pools[2], np.int64))
+    for name, v in (("acquire", acquire), ("release", release)):
+        if len(v) != n:
+            raise ValueError(f"{len(v)} pool {name} entries for {n} nodes")
+        if len(v) and (v.max() >= len(servers) or (v < -1).any()):
+            raise ValueError(f"a node names a pool outside 0..{len(servers) - 1}")
     if (servers < 1).any():
         raise ValueError("every pool needs at least one server")
-    members = np.bincount(pool_of[pool_of >= 0], minlength=len(servers))
+    if not np.array_equal(np.bincount(acquire[acquire >= 0], minlength=len(servers)),
+                          np.bincount(release[release >= 0], minlength=len(servers))):
+        raise ValueError("every pool must get back as many servers as it gives out")
+    members = np.bincount(acquire[acquire >= 0], minlength=len(servers))
     q_ptr = np.zeros(len(servers) + 1, np.int64)
     np.cumsum(members, out=q_ptr[1:])
-    return pool_of, servers, q_ptr
+    return acquire, release, servers, q_ptr

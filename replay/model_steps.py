@@ -19,7 +19,7 @@ import pandas as pd
 
 from analyses import depgraph as _graph
 
-from . import links, parallelism, pipeline, topology
+from . import links, parallelism, pipeline, pools, topology
 from .network import CalibratedModel, calibrate
 from .optical import OpticalModel
 from .specs import Scenario
@@ -123,6 +123,11 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest]
     st.info["flows"] = flows
     st.info["links"] = fitted
+    pooled = pools.gloo_pools(g, st.lag_ns)
+    if pooled is not None:
+        st.info["edge_src"], st.info["edge_from_end"], st.lag_ns, st.info["pools"], n_jobs = pooled
+        st.notes.append(f"gloo worker threads as a pool: {n_jobs} collective(s) run on whichever of their rank's "
+                        "runloop threads is free, in the order they were enqueued")
     for c, rms in fitted.rel_rms.items():
         st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "

@@ -205,8 +205,10 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     build_s = time.perf_counter() - t
     dur, lag, model_notes, info = apply_models(g, scen, run)
     t = time.perf_counter()
-    eng = Engine(g.n_nodes, g.src, g.dst, g.from_end, g.lag_ns, source=0, t0_ns=g.origin_ns, compiled=compiled)
-    sched = eng.run(dur, lag, flows=info.get("flows"))
+    # a model may re-route edges (gloo's worker pool frees jobs from their thread order): same edges, new sources
+    src, from_end = info.get("edge_src", g.src), info.get("edge_from_end", g.from_end)
+    eng = Engine(g.n_nodes, src, g.dst, from_end, g.lag_ns, source=0, t0_ns=g.origin_ns, compiled=compiled)
+    sched = eng.run(dur, lag, flows=info.get("flows"), pools=info.get("pools"))
     replay_s = time.perf_counter() - t
     res = ReplayResult(graph=g, start_ns=sched.start_ns, end_ns=sched.end_ns, steps=pd.DataFrame(), run=run,
                        scenario=scen, build_s=build_s, replay_s=replay_s, notes=list(g.notes) + model_notes)

@@ -84,3 +84,25 @@ def test_flows_by_hand_ring_bytes_routes_and_unknown_sizes():
     # each: its last 150 bytes take 600 ns (ends 1200 ns after the start); the all-reduce has 1350 bytes left
     # then, alone at 0.5: 2700 ns more (ends at 3900)
     assert t[2] == 1200 and t[1] == 3900
+
+
+def test_gloo_worker_threads_become_one_pool_per_rank(runs):
+    from analyses import depgraph
+    from replay.pools import gloo_pools
+
+    g = depgraph.build(runs["ddp2_2hosts_100mbit"])
+    src, from_end, lag, (acquire, release, servers), jobs = gloo_pools(g, g.lag_ns)
+    threads = g.tracks[~g.tracks.is_gpu].merge(
+        g.tracks.iloc[np.unique(g.track[(g.kind == depgraph.K["comm"])])][["track"]], on="track")
+    assert servers.tolist() == threads.groupby("rank").size().tolist()  # one server per runloop thread
+    assert jobs == (acquire >= 0).sum() == (release >= 0).sum() > 0
+    # every job gives its server back at its own end (its comm_exit), and its thread edge binds no more
+    assert np.array_equal(np.flatnonzero(release >= 0), np.flatnonzero(acquire >= 0) + 1)
+    freed = (src != g.src) | (from_end != g.from_end)
+    into_jobs = (g.edge_kind == depgraph.E["thread"]) & (acquire[g.dst] >= 0)
+    assert np.array_equal(freed, into_jobs & (g.src != 0)) and into_jobs.sum() > 0
+    assert (src[into_jobs] == 0).all() and not from_end[into_jobs].any() and (lag[into_jobs] == 0).all()
+    res = replay.run(runs["ddp2_2hosts_100mbit"], scenario_from_dict({"network": {"model": "links"}}, "x"))
+    assert "pools" in res.info and any("gloo worker threads as a pool" in n for n in res.notes)
+    s = res.summary()
+    assert abs(s.predicted_step_ns.max() - s.measured_step_ns.max()) <= 0.03 * s.measured_step_ns.max()

@@ -163,20 +163,20 @@ def test_the_bytes_moved_add_up_and_the_links_work_while_flows_wait(inst):
 def test_a_pool_of_two_serves_three_jobs_in_the_order_they_became_ready():
     # jobs ready at 0, 1, 2 (durations 10, 10, 10) on 2 servers: the third waits for the first to end
     e = _star([0, 1, 2])
-    s = e.run([0, 10, 10, 10], pools=([-1, 0, 0, 0], [2]))
+    s = e.run([0, 10, 10, 10], pools=([-1, 0, 0, 0], [-1, 0, 0, 0], [2]))
     assert s.start_ns[1:].tolist() == [0, 1, 10] and s.end_ns[1:].tolist() == [10, 11, 20]
 
 
 def test_a_server_freed_at_a_time_serves_work_ready_at_that_time():
     e = _star([0, 5])
-    s = e.run([0, 5, 3], pools=([-1, 0, 0], [1]))
+    s = e.run([0, 5, 3], pools=([-1, 0, 0], [-1, 0, 0], [1]))
     assert s.start_ns[1:].tolist() == [0, 5] and s.end_ns[1:].tolist() == [5, 8]
 
 
 def test_pool_work_that_is_also_a_flow_starts_moving_when_served():
     # one server; the second job (a flow of 100 bytes at 1 byte/ns) waits for the first (dur 30)
     e = _star([0, 0])
-    s = e.run([0, 30, 0], flows=_flows([2], [100.0], [[0]], [1.0]), pools=([-1, 0, 0], [1]))
+    s = e.run([0, 30, 0], flows=_flows([2], [100.0], [[0]], [1.0]), pools=([-1, 0, 0], [-1, 0, 0], [1]))
     assert s.start_ns[1:].tolist() == [0, 30] and s.end_ns[1:].tolist() == [30, 130]
 
 
@@ -185,8 +185,8 @@ def test_pool_work_that_is_also_a_flow_starts_moving_when_served():
 def test_a_pool_never_runs_more_than_its_servers_and_idles_only_with_an_empty_queue(starts, k, data):
     durs = [data.draw(st.integers(0, 40)) for _ in starts]
     n = len(starts) + 1
-    a = _star(starts).run([0, *durs], pools=([-1] + [0] * len(starts), [k]))
-    b = _star(starts, compiled=False).run([0, *durs], pools=([-1] + [0] * len(starts), [k]))
+    a = _star(starts).run([0, *durs], pools=([-1] + [0] * len(starts), [-1] + [0] * len(starts), [k]))
+    b = _star(starts, compiled=False).run([0, *durs], pools=([-1] + [0] * len(starts), [-1] + [0] * len(starts), [k]))
     assert np.array_equal(a.start_ns, b.start_ns) and np.array_equal(a.end_ns, b.end_ns)
     st_, en = a.start_ns[1:], a.end_ns[1:]
     for t in set(st_.tolist()) | set(en.tolist()):
@@ -196,3 +196,13 @@ def test_a_pool_never_runs_more_than_its_servers_and_idles_only_with_an_empty_qu
         assert waiting == 0 or running == k  # work-conserving: nobody waits while a server is free
     assert all(s >= r for s, r in zip(st_, starts))
     assert n == len(a.start_ns)
+
+
+def test_a_job_holds_its_server_from_its_first_node_to_its_last():
+    # two jobs of two nodes each (take at 1 / 3, give back at 2 / 4), one server: the second job's first node
+    # waits until the first job's second node has ended
+    e = Engine(5, [0, 1, 0, 3], [1, 2, 3, 4], [False, True, False, True], [0, 0, 0, 0], source=0)
+    s = e.run([0, 10, 5, 1, 1], pools=([-1, 0, -1, 0, -1], [-1, -1, 0, -1, 0], [1]))
+    assert s.start_ns.tolist() == [0, 0, 10, 15, 16] and s.end_ns[4] == 17
+    with pytest.raises(ValueError, match="as many servers"):
+        e.run([0, 1, 1, 1, 1], pools=([-1, 0, -1, 0, -1], [-1, -1, 0, -1, -1], [1]))

@@ -1,0 +1,59 @@
+"""gloo's worker threads as a pool: a collective runs on whichever of its rank's threads is free.
+
+The graph keeps each gloo collective on the runloop thread it ran on, after the one that thread ran before
+(a `thread` edge): right for the measured run, wrong for a what-if, where a job that queued behind a slow
+transfer would keep waiting for that same thread while the other one idles. Here each rank's runloop
+threads become one pool with as many servers as the rank has such threads: a job takes a server when its
+work starts (the `gloo:*` annotation: the graph's `comm` node) and gives it back when the work ends (its
+`comm_exit`); the thread edge into the job no longer binds. A job that measured queued (its thread was
+busy when the call enqueued it) keeps only its hand-off delay, not the queueing, as the lag of its enqueue
+edge; one that did not keeps its measured wake-up.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from analyses import depgraph as _graph
+
+
+def gloo_pools(g, lag_ns: np.ndarray):
+    """(edge sources, edge from_end flags, edge lags, (acquire, release, servers), pooled jobs) for the
+    engine, or None when the graph has no gloo work on runloop threads."""
+    on_cpu = np.zeros(g.n_nodes, bool)
+    has = g.track >= 0
+    on_cpu[has] = ~g.tracks.is_gpu.to_numpy(bool)[g.track[has]]
+    jobs = np.flatnonzero((g.kind == _graph.K["comm"]) & on_cpu
+                          & np.array([str(n).startswith("gloo:") for n in g.name], bool))
+    if not len(jobs):
+        return None
+    acquire = np.full(g.n_nodes, -1, np.int64)
+    release = np.full(g.n_nodes, -1, np.int64)
+    ranks = np.unique(g.rank[jobs])
+    pool_of_rank = {int(r): i for i, r in enumerate(ranks)}
+    servers = np.array([len(np.unique(g.track[jobs[g.rank[jobs] == r]])) for r in ranks], np.int64)
+    pool = np.array([pool_of_rank[int(r)] for r in g.rank[jobs]], np.int64)
+    acquire[jobs] = pool
+    release[jobs + 1] = pool  # the job's comm_exit, spliced right after it on its track
+    src, from_end, lag = g.src.copy(), g.from_end.copy(), lag_ns.copy()
+    is_job = np.zeros(g.n_nodes, bool)
+    is_job[jobs] = True
+    start, dur = g.start_ns, g.dur_ns
+    ready = np.where(g.from_end, start[g.src] + dur[g.src], start[g.src])
+    thread_in = np.flatnonzero((g.edge_kind == _graph.E["thread"]) & is_job[g.dst])
+    enqueue_in = np.flatnonzero((g.edge_kind == _graph.E["enqueue"]) & is_job[g.dst])
+    # a job whose thread was still busy when it was enqueued measured queued: only the hand-off after its
+    # thread's previous work stays as its lag
+    thread_ready = np.full(g.n_nodes, np.iinfo(np.int64).min, np.int64)
+    thread_ready[g.dst[thread_in]] = ready[thread_in]
+    e = enqueue_in
+    queued = thread_ready[g.dst[e]] > ready[e]
+    lag[e[queued]] = np.maximum(start[g.dst[e[queued]]] - thread_ready[g.dst[e[queued]]], 0)
+    # the thread edge into a job binds no more: released by the origin at once
+    has_enqueue = np.zeros(g.n_nodes, bool)
+    has_enqueue[g.dst[e]] = True
+    free = thread_in[has_enqueue[g.dst[thread_in]]]  # jobs without an enqueue edge keep their thread order
+    src[free], from_end[free], lag[free] = 0, False, 0
+    keep = has_enqueue[jobs]
+    acquire[jobs[~keep]] = -1
+    release[jobs[~keep] + 1] = -1
+    return src, from_end, lag, (acquire, release, servers), int(keep.sum())
