@@ -19,7 +19,7 @@ transfers that overlapped share the link in the fit as they did in the run.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -198,5 +198,12 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, rounds
                flows={c: int((lf.link_class == c).sum()) for c in present})
 
 
-def with_hosts(prm: LinkParams, host_scale: dict[int, float]) -> LinkParams:
-    return replace(prm, host_scale={**prm.host_scale, **host_scale})
+def from_alpha_beta(model) -> Fit:
+    """Link parameters from an alpha-beta calibration whose transfers never overlapped (nccl-tests runs one
+    collective at a time): each link class's bandwidth and latency as fitted."""
+    cap = {c: model.links[c].bandwidth_gbps for c in (INTRA, INTER)}  # 1 GB/s = 1 byte/ns
+    lat = {c: model.links[c].alpha_ns for c in (INTRA, INTER)}
+    fitted = [c for c in (INTRA, INTER) if model.link_sources.get(c) == "fit"]
+    rms = {c: float(np.average([f.rel_rms for f in model.classes.values() if f.link_class == c])) for c in fitted}
+    return Fit(params=LinkParams(cap, lat), rel_rms=rms,
+               flows={c: sum(f.n_rows for f in model.classes.values() if f.link_class == c) for c in fitted})

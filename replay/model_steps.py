@@ -63,7 +63,7 @@ def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
     if not len(g.colls) or not par.changes_layout:
         return
     lay = parallelism.layout(run) if run is not None else {}
-    base = sc.calibrate(st.colls) if sc.network.calibrate != "none" else None
+    base = sc.calibrate(st.colls, _nccl_tests(run, sc)) if sc.network.calibrate != "none" else None
     st.base = base if base is not None else calibrate(st.colls)
     # a degree the run already has (or no layout to compare with: pipeline.step_delta says what is missing)
     new = {"tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches}
@@ -80,7 +80,8 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
         return
     if sc.network.model == "links":
         return links_step(g, sc, run, st)
-    comm = sc.comm_model(st.base if st.base is not None and sc.needs_calibration else st.colls)
+    comm = sc.comm_model(st.base if st.base is not None and sc.needs_calibration else st.colls,
+                         nccl_tests=_nccl_tests(run, sc))
     transfer = np.asarray(comm.transfer_ns(st.colls, st.rng), np.int64)
     if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
         transfer = np.maximum(transfer + st.colls.dp_wait_shift_ns.to_numpy(np.int64), 0)
@@ -101,10 +102,13 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     """[network] model = 'links': every collective a flow over the hosts' links (replay/links.py), capacity and
     latency per link class fitted on the measured run's own transfers, then changed as the scenario says."""
     host_of = _host_index(g, sc)
-    measured = links.build(g.colls, host_of)
-    starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
-    fitted = links.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row])
     net = sc.network
+    if net.calibrate == "nccl_tests":  # one collective at a time: the alpha-beta fit is each link alone
+        fitted = links.from_alpha_beta(sc.calibrate(g.colls, _nccl_tests(run, sc)))
+    else:
+        measured = links.build(g.colls, host_of)
+        starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
+        fitted = links.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row])
     over = net.packet_links
     prm = fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
@@ -129,10 +133,19 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         st.notes.append(f"gloo worker threads as a pool: {n_jobs} collective(s) run on whichever of their rank's "
                         "runloop threads is free, in the order they were enqueued")
     for c, rms in fitted.rel_rms.items():
+        how = ("from nccl-tests" if net.calibrate == "nccl_tests"
+               else f"over {fitted.flows[c]} transfer(s) replayed as flows")
         st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
-                        f"step, over {fitted.flows[c]} transfer(s) replayed as flows (residual {100 * rms:.1f}% rms)")
+                        f"step, {how} (residual {100 * rms:.1f}% rms)")
     st.notes += [n for n in lf.notes if n not in st.notes]
+
+
+def _nccl_tests(run, sc: Scenario):
+    """The store's nccl-tests rows when the scenario calibrates from them (else None: not read)."""
+    if sc.network.calibrate != "nccl_tests" or run is None:
+        return None
+    return run.sql("SELECT * FROM nccl_tests")
 
 
 def _host_index(g, sc: Scenario) -> dict[int, int]:

@@ -106,3 +106,33 @@ def test_gloo_worker_threads_become_one_pool_per_rank(runs):
     assert "pools" in res.info and any("gloo worker threads as a pool" in n for n in res.notes)
     s = res.summary()
     assert abs(s.predicted_step_ns.max() - s.measured_step_ns.max()) <= 0.03 * s.measured_step_ns.max()
+
+
+def test_links_calibrated_from_nccl_tests_rows(tmp_path):
+    # an nccl-tests curve of the 2-host testbed's all-reduce at 100 Mbit/s (12.5 MB/s, 200 us per latency
+    # step): the links model takes its capacity from it instead of from the run, and so does a replay with
+    # the alpha-beta model (both need the store's rows, which the replay now passes)
+    import shutil
+
+    from .test_nccl import nccl_tests_json
+
+    d = tmp_path / "ddp2"
+    shutil.copytree(SAMPLES / "ddp2_2hosts_100mbit", d, ignore=shutil.ignore_patterns(".tracekit"))
+    rows = [(s, 2 * 200 + s / 12.5, 0.0) for s in (1 << 18, 1 << 20, 1 << 22)]  # time in us
+    ref = nccl_tests_json(tmp_path / "ar.json", rows)
+    run = tracekit.open(str(d), store=str(tmp_path / "st"), nccl_tests=[str(ref)])
+    doc = {"network": {"model": "links", "calibrate": "nccl_tests", "nccl_tests_group_size": 2, "nccl_tests_hosts": 2}}
+    res = replay.run(run, scenario_from_dict(doc, "x"))
+    fit = res.info["links"]
+    # the alpha-beta fit of the rows, taken as the links' capacity and latency (the rows' in-place half is
+    # 10% slower, as the helper writes it: the fit lands between the two halves)
+    from replay.network import calibrate_nccl_tests
+
+    ab_fit = calibrate_nccl_tests(run.sql("SELECT * FROM nccl_tests"), group_size=2, n_hosts=2)
+    assert fit.params.capacity["inter_node"] == ab_fit.links["inter_node"].bandwidth_gbps
+    assert fit.params.latency_ns["inter_node"] == ab_fit.links["inter_node"].alpha_ns
+    assert fit.params.capacity["inter_node"] == pytest.approx(0.0125, rel=0.1)
+    assert any("from nccl-tests" in n for n in res.notes)
+    ab = {"network": {"calibrate": "nccl_tests", "nccl_tests_group_size": 2, "nccl_tests_hosts": 2,
+                      "bandwidth_scale": 2.0}}
+    assert replay.run(run, scenario_from_dict(ab, "y")).summary().predicted_step_ns.max() > 0
