@@ -153,8 +153,8 @@ def _host_index(g, sc: Scenario) -> dict[int, int]:
     ranks = [int(r) for r in g.hosts["rank"]]
     if sc.topology.given:
         return topology.host_of(sc.topology, set(ranks) | {int(r) for grp in g.colls["ranks"] for r in grp}, sc.where)
-    names = {}
-    return {r: names.setdefault(h if h is not None else f"rank{r}", len(names))
+    names: dict = {}  # ranks whose host nothing names share one unknown host, as the alpha-beta model takes them
+    return {r: names.setdefault(h if isinstance(h, str) and h else None, len(names))
             for r, h in zip(ranks, g.hosts["hostname"])}
 
 
