@@ -117,8 +117,10 @@ def test_directory_without_traces(runner, tmp_path):
 def test_rank_errors_name_the_option(runner, tmp_path):
     d = tmp_path / "t"
     write_trace(d / "trace.json", tiny_events(1), rank=None)
+    write_trace(d / "other.json", tiny_events(1), rank=None)
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
-    assert r.exit_code == 2 and "--rank-from" in r.output and "trace.json" in r.output
+    assert r.exit_code == 2 and "--rank-from" in r.output and ("trace.json" in r.output or "other.json" in r.output)
+    (d / "other.json").unlink()
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", "sideways"])
     assert r.exit_code == 2 and "--rank-from" in r.output
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", r"regex:trace()"])
@@ -126,6 +128,22 @@ def test_rank_errors_name_the_option(runner, tmp_path):
     write_trace(d / "trace.json", tiny_events(1), rank=None)
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", "order"])
     assert r.exit_code == 0, r.output
+
+
+def test_lone_rankless_trace_is_rank_0_with_a_note(runner, tmp_path):
+    d = tmp_path / "t"
+    write_trace(d / "my_profile.json", tiny_events(1), rank=None)
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == ["note: my_profile.json: taken as rank 0: the run's only trace names no rank "
+                                     "(no distributedInfo.rank, no rank<N> in its name); before adding more traces, "
+                                     "rename each to rank<N>.json or pass --rank-from"]
+    r = runner.invoke(cli, ["info", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0 and "ranks:      0 (1 of world size unknown)" in r.output
+    assert "note: my_profile.json: taken as rank 0" in r.output
+    # asked for file names, it still has none
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s2"), "--rank-from", "filename"])
+    assert r.exit_code == 2 and "my_profile.json" in r.output and "--rank-from" in r.output
 
 
 def test_query_errors(runner, tiny_dir, tmp_path):

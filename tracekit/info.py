@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from .ingest.kineto import ONLY_TRACE, ONLY_TRACE_NOTE
 from .store.manifest import skip_reason
 
 
@@ -34,7 +35,9 @@ def run_info(run) -> dict:
     if world_size and len(ranks) < world_size:
         notes.append(f"{len(ranks)} of {world_size} ranks present (a sampled or partial trace set)")
     for src, e in traces.items():
-        if e.rank_source != "distributedInfo":
+        if e.rank_source == ONLY_TRACE:
+            notes.append(f"{src}: {ONLY_TRACE_NOTE}")
+        elif e.rank_source != "distributedInfo":
             notes.append(f"{src}: rank {e.rank} taken from the {'file name' if e.rank_source == 'filename' else e.rank_source}")
     return {
         "trace_dir": m.trace_dir,

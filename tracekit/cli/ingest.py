@@ -48,6 +48,9 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, executor, skip_bad, force, qui
     for source, warnings in r.warnings.items():
         for w in warnings:
             echo_err(f"warning: {source}: {w}")
+    for source, notes in r.notes.items():
+        for n in notes:
+            echo_err(f"note: {source}: {n}")
     for source, why in r.failed.items():
         echo_err(f"skipped unreadable trace {source}: {why}")
     if not quiet:

@@ -251,11 +251,20 @@ DERIVED_MEMORY = "640MB"
 CONVERTERS = 1
 
 
+def ingest_task(task: dict, **kw) -> FileResult:
+    """ingest_kineto for one task of the runner (path, source, stage, rank_from, forced_rank, only_trace):
+    the form in which every executor hands a file over."""
+    return ingest_kineto(task["path"], task["source"], task["stage"], rank_from=task["rank_from"],
+                         forced_rank=task["forced_rank"], only_trace=task["only_trace"], **kw)
+
+
 def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "auto",
-                  forced_rank: int | None = None, chunk_bytes: int = CHUNK_BYTES,
+                  forced_rank: int | None = None, only_trace: bool = False, chunk_bytes: int = CHUNK_BYTES,
                   converters: int = CONVERTERS, reuse_connection: bool = False) -> FileResult:
     """Read one Kineto trace and write its tables as Parquet under stage_dir.
 
+    only_trace: this is the run's only trace, so with rank_from "auto" a trace that names no rank is
+    rank 0 (torch.profiler without a process group; HTA does the same) rather than an error.
     Raises TraceFileError (naming the file) on input that cannot be ingested.
     """
     os.makedirs(stage_dir, exist_ok=True)
@@ -339,7 +348,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
             con.sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet({literal(part)})").write_parquet(part + ".base", compression="zstd")
             os.replace(part + ".base", part)
 
-    rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank)
+    rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank, only_trace)
     staged = {"events": parts}
     # The derived tables join and aggregate over the whole file (a launch and its kernel can be chunks
     # apart): DuckDB gets a fixed budget and spills the rest to disk, so memory does not grow with the file.
@@ -396,7 +405,13 @@ def _event_error(message: str, first_id: int) -> str:
     return f"events could not be read ({(m.group(1) if m else first_line)}); each event must be a JSON object"
 
 
-def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_rank: int | None):
+# rank_source of the run's only trace when it names no rank: taken as rank 0
+ONLY_TRACE = "only trace"
+ONLY_TRACE_NOTE = ("taken as rank 0: the run's only trace names no rank (no distributedInfo.rank, no rank<N> in "
+                   "its name); before adding more traces, rename each to rank<N>.json or pass --rank-from")
+
+
+def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_rank: int | None, only_trace: bool):
     info = meta.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
     world_size = _int(info.get("world_size"))
@@ -415,6 +430,8 @@ def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_ran
         if m and m.groups() and m.group(1).isdigit():
             return int(m.group(1)), "filename", world_size
         raise TraceFileError(path, f"--rank-from {rank_from!r} does not match this file's path with a numeric group")
+    if only_trace and rank_from == "auto":
+        return 0, ONLY_TRACE, world_size
     raise TraceFileError(
         path,
         "cannot tell which rank this trace belongs to: it has no distributedInfo.rank and its name has no "
