@@ -146,6 +146,25 @@ def test_lone_rankless_trace_is_rank_0_with_a_note(runner, tmp_path):
     assert r.exit_code == 2 and "my_profile.json" in r.output and "--rank-from" in r.output
 
 
+def test_info_time_span_from_timed_events_only(runner, tmp_path):
+    # metadata, instant and counter events with absurd timestamps (an MTIA trace's metadata sit 41 days
+    # away); the timed events run from the step's start at 1000 us to its end at 1100 us
+    events = tiny_events(1) + [
+        {"ph": "M", "name": "process_labels", "pid": 100, "tid": 0, "ts": 0, "args": {"labels": "x"}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "marker", "pid": 100, "tid": 7, "ts": 3.6e12, "s": "t"},
+        {"ph": "C", "name": "queue depth", "pid": 0, "ts": 1, "args": {"depth": 3}},
+    ]
+    d = tmp_path / "t"
+    write_trace(d / "rank0.json", events)
+    r = runner.invoke(cli, ["info", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert "time span:  0.100 ms" in r.output.splitlines()
+    r = runner.invoke(cli, ["info", str(d), "--store", str(tmp_path / "s"), "--format", "json"])
+    out = json.loads(r.output)
+    assert (out["first_ts_ns"], out["last_end_ns"]) == (1_000_000, 1_100_000)
+    assert out["per_rank"][0]["span_ns"] == 100_000
+
+
 def test_query_errors(runner, tiny_dir, tmp_path):
     store = str(tmp_path / "s")
     r = runner.invoke(cli, ["query", str(tiny_dir), "SELEC nonsense", "--store", store])

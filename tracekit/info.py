@@ -9,17 +9,21 @@ from .store.manifest import skip_reason
 
 def run_info(run) -> dict:
     m = run.store.manifest
+    # The time span comes from timed events (ph X with ts and dur) only: metadata, instant and counter
+    # events may carry any timestamp (an MTIA trace's metadata sit 41 days before its 13 s of events).
     per_rank = run.sql("""
         SELECT r.rank, r.source_file, r.rank_source, r.world_size, r.backend, r.hostname, r.device_names,
-               r.time_style, r.first_ts_ns, r.last_end_ns, r.last_end_ns - r.first_ts_ns AS span_ns,
+               r.time_style, x.first_ts_ns, x.last_end_ns, x.last_end_ns - x.first_ts_ns AS span_ns,
                r.event_count, r.lost_event_count,
-               coalesce(s.steps, 0) AS steps, coalesce(k.kernels, 0) AS kernels, coalesce(k.gpu_ops, 0) AS gpu_ops,
-               coalesce(c.cpu_ops, 0) AS cpu_ops
+               coalesce(s.steps, 0) AS steps, coalesce(x.kernels, 0) AS kernels, coalesce(x.gpu_ops, 0) AS gpu_ops,
+               coalesce(x.cpu_ops, 0) AS cpu_ops
         FROM ranks r
         LEFT JOIN (SELECT rank, count(*) AS steps FROM steps GROUP BY rank) s USING (rank)
-        LEFT JOIN (SELECT rank, count(*) FILTER (WHERE cat = 'kernel') AS kernels, count(*) AS gpu_ops
-                   FROM events WHERE ph = 'X' AND cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') GROUP BY rank) k USING (rank)
-        LEFT JOIN (SELECT rank, count(*) AS cpu_ops FROM events WHERE ph = 'X' AND cat = 'cpu_op' GROUP BY rank) c USING (rank)
+        LEFT JOIN (SELECT rank, min(ts_ns) AS first_ts_ns, max(ts_ns + dur_ns) AS last_end_ns,
+                          count(*) FILTER (WHERE cat = 'kernel') AS kernels,
+                          count(*) FILTER (WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')) AS gpu_ops,
+                          count(*) FILTER (WHERE cat = 'cpu_op') AS cpu_ops
+                   FROM events WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL GROUP BY rank) x USING (rank)
         ORDER BY rank""")
     categories = run.sql("""
         SELECT coalesce(cat, '') AS category, ph, count(*) AS events FROM events GROUP BY ALL ORDER BY events DESC""")
