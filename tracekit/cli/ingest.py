@@ -48,6 +48,8 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, executor, skip_bad, force, qui
     for source, warnings in r.warnings.items():
         for w in warnings:
             echo_err(f"warning: {source}: {w}")
+    for source, why in r.unopened.items():
+        echo_err(f"skipped {source}: {why}")
     for source, notes in r.notes.items():
         for n in notes:
             echo_err(f"note: {source}: {n}")

@@ -36,6 +36,7 @@ class IngestReport:
     removed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # not traces, with the reason
     failed: dict[str, str] = field(default_factory=dict)  # bad traces left out (--skip-bad)
+    unopened: dict[str, str] = field(default_factory=dict)  # FIFOs, devices, symlink loops, with the reason
     warnings: dict[str, list[str]] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)  # what ingest assumed, per source
     seconds: float = 0.0
@@ -72,11 +73,13 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         old = None if force else _load_compatible(store_dir)
         p = plan(trace_dir, store_dir, old, rank_from=rank_from, skip_bad=skip_bad, nccl_tests=nccl_tests)
         report.unchanged, report.removed, report.skipped, report.failed = p.unchanged, p.removed, p.skipped, p.failed
+        report.unopened = p.unopened
         if not p.sources_of(REPORTED_KINDS):
             # run.json alone is no run: it is listed with the files that are not traces
             not_traces = sorted({*report.skipped, *p.sources_of(("run_manifest",))})
             what = f"; not traces: {', '.join(not_traces)}" if not_traces else ""
             bad = f"; unreadable: {', '.join(sorted(report.failed))}" if report.failed else ""
+            bad += f"; not regular files (not opened): {', '.join(sorted(p.unopened))}" if p.unopened else ""
             raise TracekitError(f"{trace_dir}: no Kineto traces found (*.json, *.json.gz with traceEvents){what}{bad}")
         gen = _commit.new_generation()
         try:

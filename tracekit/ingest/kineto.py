@@ -320,6 +320,9 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
                 del text
             for fut in inflight:
                 parts.append(fut.result())
+        if not parts and stream.broken:
+            raise TraceFileError(path, f"{stream.broken}, before any complete event; fix or drop that event, "
+                                       "or export the trace again")
         if not parts:
             raise TraceFileError(path, "traceEvents is empty: the profiler recorded nothing; check the "
                                        "profiler schedule (wait/warmup/active) and that profiling ran")
@@ -414,13 +417,11 @@ ONLY_TRACE_NOTE = ("taken as rank 0: the run's only trace names no rank (no dist
 def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_rank: int | None, only_trace: bool):
     info = meta.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
-    world_size = _int(info.get("world_size"))
+    world_size = _world_size(path, info)
     if forced_rank is not None:
         return forced_rank, rank_from if rank_from in ("order",) else "option", world_size
-    if rank_from == "auto":
-        r = _int(info.get("rank"))
-        if r is not None and r >= 0:
-            return r, "distributedInfo", world_size
+    if rank_from == "auto" and info.get("rank") is not None:
+        return _info_rank(path, info, world_size), "distributedInfo", world_size
     if rank_from in ("auto", "filename"):
         r = rank_from_filename(os.path.basename(source))
         if r is not None:
@@ -438,6 +439,30 @@ def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_ran
         "'rank<N>'/'worker<N>'; rename it (e.g. rank3.json.gz) or pass --rank-from order "
         "(ranks by sorted file name) or --rank-from 'regex:<pattern with one (\\d+) group>'",
     )
+
+
+def _world_size(path: str, info: dict) -> int | None:
+    """distributedInfo.world_size: absent, or a positive integer."""
+    given = info.get("world_size")
+    if given is None:
+        return None
+    n = _int(given)
+    if n is None or n < 1:
+        raise TraceFileError(path, f"distributedInfo.world_size is {msgspec.json.encode(given).decode()}: a world "
+                                   "size is a positive integer; fix the trace's distributedInfo")
+    return n
+
+
+def _info_rank(path: str, info: dict, world_size: int | None) -> int:
+    """distributedInfo.rank: an integer in [0, world_size)."""
+    given = info["rank"]
+    r = _int(given)
+    if r is None or r < 0 or (world_size is not None and r >= world_size):
+        where = f"[0, {world_size})" if world_size is not None else "0 or more"
+        raise TraceFileError(path, f"distributedInfo.rank is {msgspec.json.encode(given).decode()}: a rank is an "
+                                   f"integer in {where}; fix the trace's distributedInfo, or pass --rank-from "
+                                   "filename/order to take ranks from the file names")
+    return r
 
 
 def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
