@@ -95,7 +95,11 @@ def info_cmd(trace_dir, store, fmt):
     click.echo(f"trace dir:  {info['trace_dir']}")
     click.echo(f"store:      {info['store']}")
     click.echo(f"ranks:      {_ranges(info['ranks'])} ({len(info['ranks'])} of world size {ws if ws else 'unknown'})")
-    click.echo(f"devices:    {', '.join(info['devices']) or 'none (CPU-only trace)'}")
+    devices = ", ".join(info["devices"])
+    if not devices:  # device ops without deviceProperties (MTIA, XPU ...) are no CPU-only run
+        has_ops = info["per_rank"]["gpu_ops"].sum() > 0
+        devices = "unknown (the traces have device ops but no deviceProperties)" if has_ops else "none (CPU-only trace)"
+    click.echo(f"devices:    {devices}")
     click.echo(f"steps:      {info['steps']}")
     if info["first_ts_ns"] is not None:
         click.echo(f"time span:  {(info['last_end_ns'] - info['first_ts_ns']) / 1e6:.3f} ms")
@@ -131,10 +135,3 @@ def _ranges(ranks: list[int]) -> str:
         out.append(f"{start}-{prev}" if prev != start else str(start))
     return ", ".join(out) or "none"
 
-
-def _devices(info: dict) -> str:
-    if info["devices"]:
-        return ", ".join(info["devices"])
-    if int(info["per_rank"]["gpu_ops"].sum()):
-        return "unknown (the traces have GPU activity but no deviceProperties)"
-    return "none (no GPU activity in the traces)"

@@ -23,6 +23,7 @@ import duckdb
 import msgspec
 
 from ..errors import TraceFileError
+from ..store.devices import DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
 from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
 from ..store.sql import literal, literal_list
 from .reader import CHUNK_BYTES, TraceStream
@@ -475,10 +476,10 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
               FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL),
             launch AS (
               SELECT ts_ns, correlation FROM {ev}
-              WHERE cat IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL),
+              WHERE cat IN {sql_in(RUNTIME_CATEGORIES)} AND correlation IS NOT NULL),
             gpu AS (
               SELECT correlation, min(ts_ns) AS g0, max(ts_ns + dur_ns) AS g1 FROM {ev}
-              WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND correlation IS NOT NULL GROUP BY correlation),
+              WHERE cat IN {sql_in(DEVICE_OP_CATEGORIES)} AND correlation IS NOT NULL GROUP BY correlation),
             sg AS (
               SELECT s.step, s.ts_ns, min(gpu.g0) AS gpu_start_ns, max(gpu.g1) AS gpu_end_ns
               FROM s JOIN launch l ON l.ts_ns >= s.ts_ns AND l.ts_ns < s.end_ns
@@ -512,7 +513,7 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
         "gpu_args": f"""
             SELECT event_id, {", ".join(_group_spec("gpu")[1])}
             FROM (SELECT event_id, json_transform(args_json, {_group_spec("gpu")[0]}) AS _gpu
-                  FROM {ev} WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND args_json IS NOT NULL)
+                  FROM {ev} WHERE cat IN {sql_in(DEVICE_OP_CATEGORIES)} AND args_json IS NOT NULL)
             ORDER BY event_id""",
         "comm_args": f"""
             SELECT event_id, {", ".join(_group_spec("comm")[1])}
