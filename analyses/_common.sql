@@ -8,7 +8,7 @@
 -- are absent (compute).
 CREATE OR REPLACE TEMP VIEW _kernel_class_of_name AS
 SELECT n.name, arg_min(r.kernel_class, r.priority) AS kernel_class, min(r.priority) AS rule_index
-FROM (SELECT DISTINCT name FROM events WHERE ph = 'X' AND cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')) n
+FROM (SELECT DISTINCT name FROM events WHERE ph = 'X' AND device_op_kind(cat) IS NOT NULL) n
 JOIN _kernel_rules r ON regexp_matches(n.name, r.pattern)
 GROUP BY n.name;
 

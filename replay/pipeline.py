@@ -119,7 +119,7 @@ def layer_profile(run, ranks) -> pd.DataFrame:
                      AND e.rank IN (SELECT unnest($ranks::BIGINT[]))),
         ops AS (SELECT o.rank, b.ts_ns AS bw, o.ts_ns, o.ts_ns + o.dur_ns AS end_ns FROM events o
                 JOIN b ON o.rank = b.rank AND o.tid = b.tid AND o.ts_ns >= b.ts_ns AND o.ts_ns < b.end_ns
-                WHERE o.ph = 'X' AND o.cat IN ('cpu_op', 'cuda_runtime'))
+                WHERE o.ph = 'X' AND (o.cat = 'cpu_op' OR is_device_runtime(o.cat)))
         SELECT rank, bw, ts_ns, end_ns FROM ops ORDER BY rank, bw, ts_ns""", p)
     rows = []
     steps = run.sql("SELECT rank, median(dur_ns) AS step_ns FROM steps WHERE NOT is_last GROUP BY rank")

@@ -37,6 +37,7 @@ from tracekit.store import Store, create_table_view, writer_lock
 from tracekit.store import manifest as _manifest
 from tracekit.store.commit import final_name, new_generation, remove_orphans, switch_manifest, unlink
 from tracekit.store.manifest import Manifest
+from tracekit.store.devices import DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
 from tracekit.store.schema import STORED_EVENT_COLUMNS, TABLES
 from tracekit.store.sql import literal, literal_list
 
@@ -48,8 +49,8 @@ TIMES_COLUMNS = ("rank", "event_id", "ts_ns", "dur_ns")
 _RETIMED = ("events", "ranks", "steps", "flows", "memory")
 # side inputs whose own times are measured ones and stay so in a replayed store
 _NOT_RETIMED = ("fr_entries", "nccl_inspector", "nccl_tests")
-_GPU_CATS = "('kernel', 'gpu_memcpy', 'gpu_memset')"
-_RUNTIME_CATS = "('cuda_runtime', 'cuda_driver')"
+_GPU_CATS = sql_in(DEVICE_OP_CATEGORIES)
+_RUNTIME_CATS = sql_in(RUNTIME_CATEGORIES)
 
 
 def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict) -> str:

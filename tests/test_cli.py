@@ -117,8 +117,10 @@ def test_directory_without_traces(runner, tmp_path):
 def test_rank_errors_name_the_option(runner, tmp_path):
     d = tmp_path / "t"
     write_trace(d / "trace.json", tiny_events(1), rank=None)
+    write_trace(d / "other.json", tiny_events(1), rank=None)
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
-    assert r.exit_code == 2 and "--rank-from" in r.output and "trace.json" in r.output
+    assert r.exit_code == 2 and "--rank-from" in r.output and ("trace.json" in r.output or "other.json" in r.output)
+    (d / "other.json").unlink()
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", "sideways"])
     assert r.exit_code == 2 and "--rank-from" in r.output
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", r"regex:trace()"])
@@ -126,6 +128,41 @@ def test_rank_errors_name_the_option(runner, tmp_path):
     write_trace(d / "trace.json", tiny_events(1), rank=None)
     r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s"), "--rank-from", "order"])
     assert r.exit_code == 0, r.output
+
+
+def test_lone_rankless_trace_is_rank_0_with_a_note(runner, tmp_path):
+    d = tmp_path / "t"
+    write_trace(d / "my_profile.json", tiny_events(1), rank=None)
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == ["note: my_profile.json: taken as rank 0: the run's only trace names no rank "
+                                     "(no distributedInfo.rank, no rank<N> in its name); before adding more traces, "
+                                     "rename each to rank<N>.json or pass --rank-from"]
+    r = runner.invoke(cli, ["info", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0 and "ranks:      0 (1 of world size unknown)" in r.output
+    assert "note: my_profile.json: taken as rank 0" in r.output
+    # asked for file names, it still has none
+    r = runner.invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s2"), "--rank-from", "filename"])
+    assert r.exit_code == 2 and "my_profile.json" in r.output and "--rank-from" in r.output
+
+
+def test_info_time_span_from_timed_events_only(runner, tmp_path):
+    # metadata, instant and counter events with absurd timestamps (an MTIA trace's metadata sit 41 days
+    # away); the timed events run from the step's start at 1000 us to its end at 1100 us
+    events = tiny_events(1) + [
+        {"ph": "M", "name": "process_labels", "pid": 100, "tid": 0, "ts": 0, "args": {"labels": "x"}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "marker", "pid": 100, "tid": 7, "ts": 3.6e12, "s": "t"},
+        {"ph": "C", "name": "queue depth", "pid": 0, "ts": 1, "args": {"depth": 3}},
+    ]
+    d = tmp_path / "t"
+    write_trace(d / "rank0.json", events)
+    r = runner.invoke(cli, ["info", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert "time span:  0.100 ms" in r.output.splitlines()
+    r = runner.invoke(cli, ["info", str(d), "--store", str(tmp_path / "s"), "--format", "json"])
+    out = json.loads(r.output)
+    assert (out["first_ts_ns"], out["last_end_ns"]) == (1_000_000, 1_100_000)
+    assert out["per_rank"][0]["span_ns"] == 100_000
 
 
 def test_query_errors(runner, tiny_dir, tmp_path):

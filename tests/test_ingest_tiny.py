@@ -123,8 +123,8 @@ def test_rank_fallback_to_filename_and_order(tmp_path):
 
 def test_duplicate_rank_names_both_files(tmp_path):
     d = tmp_path / "t"
-    write_trace(d / "x.json", tiny_events(1), rank=2)
-    write_trace(d / "y.json", tiny_events(1), rank=2)
+    write_trace(d / "x.json", tiny_events(1), rank=2, world_size=3)
+    write_trace(d / "y.json", tiny_events(1), rank=2, world_size=3)
     with pytest.raises(TracekitError) as e:
         ingest(str(d), str(tmp_path / "s"))
     assert "x.json" in str(e.value) and "y.json" in str(e.value) and "rank 2" in str(e.value)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.store.devices import RUNTIME_CATEGORIES
+
 KINDS = ("origin", "cpu", "runtime", "sync", "sync_exit", "gpu", "comm", "comm_exit", "barrier")
 K = {k: i for i, k in enumerate(KINDS)}
 EDGE_KINDS = ("origin", "thread", "stream", "launch", "event_wait", "sync", "enqueue", "host_wait",
@@ -18,7 +20,7 @@ SYNC_CALLS = frozenset({
     "cuStreamSynchronize", "cuEventSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize",
     "hipEventSynchronize", "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol",
     "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "hipMemcpy"})
-RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+RUNTIME_CATS = RUNTIME_CATEGORIES  # the launches of device ops, on every accelerator (tracekit/store/devices.py)
 
 
 @dataclass

@@ -46,6 +46,10 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, executor, skip_bad, force, qui
                on_wait=lambda: echo_err("waiting for another tracekit ingest of this store to finish ..."))
     for source, warnings in r.warnings.items():
         echo_notes(warnings, f"warning: {source}")
+    for source, why in r.unopened.items():
+        echo_err(f"skipped {source}: {why}")
+    for source, notes in r.notes.items():
+        echo_notes(notes, f"note: {source}")
     for source, why in r.failed.items():
         echo_err(f"skipped unreadable trace {source}: {why}")
     if not quiet:
@@ -82,7 +86,11 @@ def info_cmd(trace_dir, store, fmt):
     click.echo(f"trace dir:  {info['trace_dir']}")
     click.echo(f"store:      {info['store']}")
     click.echo(f"ranks:      {_ranges(info['ranks'])} ({len(info['ranks'])} of world size {ws if ws else 'unknown'})")
-    click.echo(f"devices:    {', '.join(info['devices']) or 'none (CPU-only trace)'}")
+    devices = ", ".join(info["devices"])
+    if not devices:  # device ops without deviceProperties (MTIA, XPU ...) are no CPU-only run
+        has_ops = info["per_rank"]["gpu_ops"].sum() > 0
+        devices = "unknown (the traces have device ops but no deviceProperties)" if has_ops else "none (CPU-only trace)"
+    click.echo(f"devices:    {devices}")
     click.echo(f"steps:      {info['steps']}")
     if info["first_ts_ns"] is not None:
         click.echo(f"time span:  {duration(info['last_end_ns'] - info['first_ts_ns'])}")

@@ -20,6 +20,7 @@ from ..store.manifest import Manifest, SourceEntry
 from ..store.schema import SCHEMA_VERSION
 from .executor import Executor, parse_executor
 from .plan import REPORTED_KINDS, Plan, discover, plan
+from .kineto import ONLY_TRACE, ONLY_TRACE_NOTE
 from .runner import Read, run
 
 __all__ = ["IngestReport", "ingest", "discover", "RANK_FROM_CHOICES"]
@@ -35,7 +36,9 @@ class IngestReport:
     removed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # not traces, with the reason
     failed: dict[str, str] = field(default_factory=dict)  # bad traces left out (--skip-bad)
+    unopened: dict[str, str] = field(default_factory=dict)  # FIFOs, devices, symlink loops, with the reason
     warnings: dict[str, list[str]] = field(default_factory=dict)
+    notes: dict[str, list[str]] = field(default_factory=dict)  # what ingest assumed, per source
     seconds: float = 0.0
 
 
@@ -70,17 +73,20 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
         old = None if force else _load_compatible(store_dir)
         p = plan(trace_dir, store_dir, old, rank_from=rank_from, skip_bad=skip_bad, nccl_tests=nccl_tests)
         report.unchanged, report.removed, report.skipped, report.failed = p.unchanged, p.removed, p.skipped, p.failed
+        report.unopened = p.unopened
         if not p.sources_of(REPORTED_KINDS):
             # run.json alone is no run: it is listed with the files that are not traces
             not_traces = sorted({*report.skipped, *p.sources_of(("run_manifest",))})
             what = f"; not traces: {', '.join(not_traces)}" if not_traces else ""
             bad = f"; unreadable: {', '.join(sorted(report.failed))}" if report.failed else ""
+            bad += f"; not regular files (not opened): {', '.join(sorted(p.unopened))}" if p.unopened else ""
             raise TracekitError(f"{trace_dir}: no Kineto traces found (*.json, *.json.gz with traceEvents){what}{bad}")
         gen = _commit.new_generation()
         try:
+            traces = p.sources_of(("trace",))
             read = run(p.todo, _commit.staging_dir(store_dir, gen), rank_from=rank_from,
-                       forced=_forced_ranks(rank_from, p.sources_of(("trace",))), jobs=jobs, skip_bad=skip_bad,
-                       failed=report.failed, progress=progress, ex=ex)
+                       forced=_forced_ranks(rank_from, traces), only_trace=len(traces) == 1, jobs=jobs,
+                       skip_bad=skip_bad, failed=report.failed, progress=progress, ex=ex)
             _commit_read(store_dir, gen, trace_dir, p, read, report)
         finally:
             _commit.clear_staging(store_dir)
@@ -125,6 +131,8 @@ def _commit_read(store_dir: str, gen: str, trace_dir: str, p: Plan, read: list[R
         if d.planned.kind in REPORTED_KINDS:
             if r.warnings:
                 report.warnings[source] = r.warnings
+            if r.rank_source == ONLY_TRACE:
+                report.notes[source] = [ONLY_TRACE_NOTE]
             report.ingested.append(source)
     _check_ranks(trace_dir, manifest)
     if all(e.kind == "run_manifest" for e in manifest.sources.values()):

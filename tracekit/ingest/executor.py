@@ -61,11 +61,10 @@ def dask_task(task: dict) -> dict:
     (`{"ok": FileResult fields}` or `{"error": {"path", "reason"}}`), plain data that pickles anywhere."""
     import dataclasses
 
-    from .kineto import ingest_kineto
+    from .kineto import ingest_task
 
     try:
-        r = ingest_kineto(task["path"], task["source"], task["stage"], rank_from=task["rank_from"],
-                          forced_rank=task["forced_rank"], reuse_connection=True)
+        r = ingest_task(task, reuse_connection=True)
         return {"ok": dataclasses.asdict(r)}
     except TraceFileError as e:
         reason = e.reason

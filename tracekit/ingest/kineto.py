@@ -23,6 +23,7 @@ import duckdb
 import msgspec
 
 from ..errors import TraceFileError
+from ..store.devices import DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
 from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
 from ..store.sql import literal, literal_list
 from .reader import CHUNK_BYTES, TraceStream
@@ -251,11 +252,20 @@ DERIVED_MEMORY = "640MB"
 CONVERTERS = 1
 
 
+def ingest_task(task: dict, **kw) -> FileResult:
+    """ingest_kineto for one task of the runner (path, source, stage, rank_from, forced_rank, only_trace):
+    the form in which every executor hands a file over."""
+    return ingest_kineto(task["path"], task["source"], task["stage"], rank_from=task["rank_from"],
+                         forced_rank=task["forced_rank"], only_trace=task["only_trace"], **kw)
+
+
 def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "auto",
-                  forced_rank: int | None = None, chunk_bytes: int = CHUNK_BYTES,
+                  forced_rank: int | None = None, only_trace: bool = False, chunk_bytes: int = CHUNK_BYTES,
                   converters: int = CONVERTERS, reuse_connection: bool = False) -> FileResult:
     """Read one Kineto trace and write its tables as Parquet under stage_dir.
 
+    only_trace: this is the run's only trace, so with rank_from "auto" a trace that names no rank is
+    rank 0 (torch.profiler without a process group; HTA does the same) rather than an error.
     Raises TraceFileError (naming the file) on input that cannot be ingested.
     """
     os.makedirs(stage_dir, exist_ok=True)
@@ -311,6 +321,9 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
                 del text
             for fut in inflight:
                 parts.append(fut.result())
+        if not parts and stream.broken:
+            raise TraceFileError(path, f"{stream.broken}, before any complete event; fix or drop that event, "
+                                       "or export the trace again")
         if not parts:
             raise TraceFileError(path, "traceEvents is empty: the profiler recorded nothing; check the "
                                        "profiler schedule (wait/warmup/active) and that profiling ran")
@@ -339,7 +352,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
             con.sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet({literal(part)})").write_parquet(part + ".base", compression="zstd")
             os.replace(part + ".base", part)
 
-    rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank)
+    rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank, only_trace)
     staged = {"events": parts}
     # The derived tables join and aggregate over the whole file (a launch and its kernel can be chunks
     # apart): DuckDB gets a fixed budget and spills the rest to disk, so memory does not grow with the file.
@@ -396,16 +409,20 @@ def _event_error(message: str, first_id: int) -> str:
     return f"events could not be read ({(m.group(1) if m else first_line)}); each event must be a JSON object"
 
 
-def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_rank: int | None):
+# rank_source of the run's only trace when it names no rank: taken as rank 0
+ONLY_TRACE = "only trace"
+ONLY_TRACE_NOTE = ("taken as rank 0: the run's only trace names no rank (no distributedInfo.rank, no rank<N> in "
+                   "its name); before adding more traces, rename each to rank<N>.json or pass --rank-from")
+
+
+def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_rank: int | None, only_trace: bool):
     info = meta.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
-    world_size = _int(info.get("world_size"))
+    world_size = _world_size(path, info)
     if forced_rank is not None:
         return forced_rank, rank_from if rank_from in ("order",) else "option", world_size
-    if rank_from == "auto":
-        r = _int(info.get("rank"))
-        if r is not None and r >= 0:
-            return r, "distributedInfo", world_size
+    if rank_from == "auto" and info.get("rank") is not None:
+        return _info_rank(path, info, world_size), "distributedInfo", world_size
     if rank_from in ("auto", "filename"):
         r = rank_from_filename(os.path.basename(source))
         if r is not None:
@@ -415,12 +432,38 @@ def _resolve_rank(path: str, source: str, meta: dict, rank_from: str, forced_ran
         if m and m.groups() and m.group(1).isdigit():
             return int(m.group(1)), "filename", world_size
         raise TraceFileError(path, f"--rank-from {rank_from!r} does not match this file's path with a numeric group")
+    if only_trace and rank_from == "auto":
+        return 0, ONLY_TRACE, world_size
     raise TraceFileError(
         path,
         "cannot tell which rank this trace belongs to: it has no distributedInfo.rank and its name has no "
         "'rank<N>'/'worker<N>'; rename it (e.g. rank3.json.gz) or pass --rank-from order "
         "(ranks by sorted file name) or --rank-from 'regex:<pattern with one (\\d+) group>'",
     )
+
+
+def _world_size(path: str, info: dict) -> int | None:
+    """distributedInfo.world_size: absent, or a positive integer."""
+    given = info.get("world_size")
+    if given is None:
+        return None
+    n = _int(given)
+    if n is None or n < 1:
+        raise TraceFileError(path, f"distributedInfo.world_size is {msgspec.json.encode(given).decode()}: a world "
+                                   "size is a positive integer; fix the trace's distributedInfo")
+    return n
+
+
+def _info_rank(path: str, info: dict, world_size: int | None) -> int:
+    """distributedInfo.rank: an integer in [0, world_size)."""
+    given = info["rank"]
+    r = _int(given)
+    if r is None or r < 0 or (world_size is not None and r >= world_size):
+        where = f"[0, {world_size})" if world_size is not None else "0 or more"
+        raise TraceFileError(path, f"distributedInfo.rank is {msgspec.json.encode(given).decode()}: a rank is an "
+                                   f"integer in {where}; fix the trace's distributedInfo, or pass --rank-from "
+                                   "filename/order to take ranks from the file names")
+    return r
 
 
 def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
@@ -433,10 +476,10 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
               FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL),
             launch AS (
               SELECT ts_ns, correlation FROM {ev}
-              WHERE cat IN ('cuda_runtime', 'cuda_driver') AND correlation IS NOT NULL),
+              WHERE cat IN {sql_in(RUNTIME_CATEGORIES)} AND correlation IS NOT NULL),
             gpu AS (
               SELECT correlation, min(ts_ns) AS g0, max(ts_ns + dur_ns) AS g1 FROM {ev}
-              WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND correlation IS NOT NULL GROUP BY correlation),
+              WHERE cat IN {sql_in(DEVICE_OP_CATEGORIES)} AND correlation IS NOT NULL GROUP BY correlation),
             sg AS (
               SELECT s.step, s.ts_ns, min(gpu.g0) AS gpu_start_ns, max(gpu.g1) AS gpu_end_ns
               FROM s JOIN launch l ON l.ts_ns >= s.ts_ns AND l.ts_ns < s.end_ns
@@ -470,7 +513,7 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
         "gpu_args": f"""
             SELECT event_id, {", ".join(_group_spec("gpu")[1])}
             FROM (SELECT event_id, json_transform(args_json, {_group_spec("gpu")[0]}) AS _gpu
-                  FROM {ev} WHERE cat IN ('kernel', 'gpu_memcpy', 'gpu_memset') AND args_json IS NOT NULL)
+                  FROM {ev} WHERE cat IN {sql_in(DEVICE_OP_CATEGORIES)} AND args_json IS NOT NULL)
             ORDER BY event_id""",
         "comm_args": f"""
             SELECT event_id, {", ".join(_group_spec("comm")[1])}

@@ -12,8 +12,10 @@ reason), failed (unreadable, under --skip-bad) or to read, with its kind stated 
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import zlib
 from dataclasses import dataclass, field
 
@@ -51,6 +53,7 @@ class Plan:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # not inputs, with the reason
+    unopened: dict[str, str] = field(default_factory=dict)  # FIFOs, devices, symlink loops: never opened
     failed: dict[str, str] = field(default_factory=dict)  # unreadable, left out (--skip-bad)
 
     def sources_of(self, kinds) -> list[str]:
@@ -116,13 +119,35 @@ def discover(trace_dir: str, store_dir: str | None = None) -> list[str]:
     for root, dirs, files in os.walk(trace_dir):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and os.path.join(root, d) != store_dir)
         for name in files:
+            path = os.path.join(root, name)
             if name.endswith(TRACE_SUFFIXES + FR_SUFFIXES) and not name.startswith("."):
-                found.append(os.path.relpath(os.path.join(root, name), trace_dir))
+                found.append(os.path.relpath(path, trace_dir))
             elif name.endswith(INSPECTOR_SUFFIXES) and not name.startswith(".") \
-                    and is_inspector_candidate(os.path.join(root, name)):
-                # other *.log files are not ours to list as "not traces"
-                found.append(os.path.relpath(os.path.join(root, name), trace_dir))
+                    and (not_openable(path) or is_inspector_candidate(path)):
+                # other *.log files are not ours to list as "not traces"; one we may not open is listed
+                found.append(os.path.relpath(path, trace_dir))
     return sorted(found)
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def not_openable(path: str) -> str | None:
+    """Why ingest must not open this path (None: a regular file, or a symlink to one). Opening a FIFO blocks
+    until a writer comes, a device may never end, a symlink loop never resolves: none is a trace."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symlink loop: not followed"
+        if os.path.islink(path):
+            return "a symlink to nothing: not followed"
+        return f"cannot be read ({e.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    what = next((w for test, w in _SPECIAL if test(mode)), "not a regular file")
+    return f"{what}, not a regular file: not opened; move it out of the trace directory"
 
 
 def sha256(path: str) -> str:
@@ -156,6 +181,10 @@ def plan(trace_dir: str, store_dir: str, old: Manifest | None, *, rank_from: str
 
 def _plan_file(p: Plan, trace_dir: str, source: str, old: Manifest | None, rank_from: str, skip_bad: bool) -> None:
     path = os.path.join(trace_dir, source)
+    why = not_openable(path)
+    if why:
+        p.unopened[source] = why
+        return
     st = os.stat(path)
     prev = old.sources.get(source) if old else None
 

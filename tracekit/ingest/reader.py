@@ -41,6 +41,16 @@ def _decode_error(exc: Exception) -> bool:
     return isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError)
 
 
+_MALFORMED = re.compile(r"JSON is malformed: (.*) \(byte (\d+)\)")
+
+
+class _Broken(Exception):
+    """The file's own bytes are not JSON before the end of a candidate run: no cut can mend that.
+
+    A wrong cut fails at the run's last byte (the "]" added after it) or as truncated input; the run
+    before the cut is the file's bytes unchanged, so an error inside them is an error of the file."""
+
+
 class TraceStream:
     """Iterate decoded batches of events from one trace file.
 
@@ -57,6 +67,7 @@ class TraceStream:
         self.event_count = 0
         self.lost_events = 0
         self.truncated = False
+        self.broken: str | None = None  # where traceEvents stops being JSON
         self.warnings: list[str] = []
 
     # -- bytes --------------------------------------------------------------
@@ -114,6 +125,7 @@ class TraceStream:
         blocks = self._blocks()
         buf = b""
         eof = False
+        dropped = 0  # bytes of the (decompressed) file before buf
 
         def fill(min_len: int) -> None:
             nonlocal buf, eof
@@ -153,33 +165,37 @@ class TraceStream:
             self.metadata.update(self.head_metadata)
             pos = m.end()
 
-        while True:
-            if not eof:
-                fill(len(buf) - pos + self.chunk_bytes)
-            if eof:
-                break
-            # as many chunk-sized runs as the buffer holds, then read more
-            while len(buf) - pos >= self.chunk_bytes:
+        try:
+            while True:
+                if not eof:
+                    fill(len(buf) - pos + self.chunk_bytes)
+                if eof:
+                    break
+                # as many chunk-sized runs as the buffer holds, then read more
+                while len(buf) - pos >= self.chunk_bytes:
+                    cut = self._cut(buf, pos, decode, pos + self.chunk_bytes) or self._cut(buf, pos, decode)
+                    if cut is None:  # one event larger than what we hold: read more
+                        fill(len(buf) + self.chunk_bytes)
+                        if eof:
+                            break
+                        continue
+                    events, pos = cut
+                    yield events
+                dropped += pos
+                buf = buf[pos:]
+                pos = 0
+
+            # end of file: cut whole batches, then find the array's end or salvage
+            while len(buf) - pos > self.chunk_bytes:
                 cut = self._cut(buf, pos, decode, pos + self.chunk_bytes) or self._cut(buf, pos, decode)
-                if cut is None:  # one event larger than what we hold: read more
-                    fill(len(buf) + self.chunk_bytes)
-                    if eof:
-                        break
-                    continue
+                if cut is None:
+                    break
                 events, pos = cut
                 yield events
-            buf = buf[pos:]
-            pos = 0
-
-        # end of file: cut whole batches, then find the array's end or salvage
-        while len(buf) - pos > self.chunk_bytes:
-            cut = self._cut(buf, pos, decode, pos + self.chunk_bytes) or self._cut(buf, pos, decode)
-            if cut is None:
-                break
-            events, pos = cut
-            yield events
-        rest = buf[pos:]
-        yield from self._finish(rest, decode, array_format)
+            rest = buf[pos:]
+            yield from self._finish(rest, decode, array_format)
+        except _Broken:
+            yield from self._salvage_broken(buf, pos, dropped, decode, blocks)
 
     def _decode_object(self, text: bytes, what: str) -> dict:
         try:
@@ -203,6 +219,11 @@ class TraceStream:
             n = len(decode(text))
         except msgspec.ValidationError as e:
             raise TraceFileError(self.path, self._where(str(e))) from None
+        except msgspec.DecodeError as e:
+            m = _MALFORMED.match(str(e))
+            if m and int(m.group(2)) < len(text) - 1:
+                raise _Broken from None
+            raise
         first = self.event_count
         self.event_count += n
         return text, first, n
@@ -299,6 +320,39 @@ class TraceStream:
                 yield events
             return
         self._lost(rest, array_format)
+
+    def _salvage_broken(self, buf: bytes, pos: int, dropped: int, decode, blocks) -> Iterator[tuple[bytes, int, int]]:
+        """traceEvents is not JSON somewhere in buf[pos:]: keep every complete event before that byte,
+        count the events after it, and say where the file is broken."""
+        try:
+            decode(b"[" + buf[pos:])
+            m = None
+        except msgspec.DecodeError as e:
+            m = _MALFORMED.match(str(e))
+        at = pos + int(m.group(2)) - 1 if m else len(buf)  # the broken byte in buf
+        hi, kept_to = at, pos
+        for _ in range(_MAX_CUT_TRIES * 4):
+            j = buf.rfind(b"}", pos, hi)
+            if j < 0:
+                break
+            hi = j
+            try:
+                events = self._run(decode, buf[pos:j + 1])
+            except msgspec.DecodeError as e:
+                if not _decode_error(e):
+                    raise
+                continue
+            kept_to = j + 1
+            if events[2]:
+                yield events
+            break
+        # the events from the broken one on are lost: count their phases (a cheap byte count)
+        self.lost_events = max(1, buf.count(b'"ph"', kept_to) + sum(b.count(b'"ph"') for b in blocks))
+        gz = "decompressed " if self.path.endswith(".gz") else ""
+        self.broken = (f"traceEvents[{self.event_count}] is not valid JSON at byte {dropped + at} of the {gz}file "
+                       f"({m.group(1) if m else 'malformed'})")
+        self.warnings.append(f"{self.broken}: kept the {self.event_count} events before it, lost {self.lost_events} "
+                             "event(s) from there on and any metadata after traceEvents; fix or drop that event")
 
     def _lost(self, tail: bytes, array_format: bool) -> None:
         tail = tail.strip(_WS + b",")

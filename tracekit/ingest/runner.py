@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import TraceFileError, TracekitError
 from .executor import Executor, run_dask
 from .flight_recorder import ingest_flight_recorder
-from .kineto import FileResult, ingest_kineto
+from .kineto import FileResult, ingest_task
 from .nccl import ingest_inspector, ingest_nccl_tests
 from .plan import Planned, sha256
 from .run_manifest import ingest_run_manifest
@@ -36,13 +36,13 @@ class Read:
     sha256: str
 
 
-def run(todo: list[Planned], staging: str, *, rank_from: str, forced: dict[str, int], jobs: int | None,
-        skip_bad: bool, failed: dict[str, str], progress: bool | None, ex: Executor) -> list[Read]:
+def run(todo: list[Planned], staging: str, *, rank_from: str, forced: dict[str, int], only_trace: bool,
+        jobs: int | None, skip_bad: bool, failed: dict[str, str], progress: bool | None, ex: Executor) -> list[Read]:
     """Read `todo` into `staging`; return what was read, in todo's order. Files left out under skip_bad
-    are added to `failed`."""
+    are added to `failed`. only_trace: the run has one trace, which may name no rank (see ingest_kineto)."""
     done = {r.planned.source: r for r in _nccl_tests([t for t in todo if t.kind == "nccl_tests"], staging)}
     traces = [t for t in todo if t.kind == "trace"]
-    results = _traces(traces, staging, rank_from, forced, jobs, skip_bad, failed, progress, ex)
+    results = _traces(traces, staging, rank_from, forced, only_trace, jobs, skip_bad, failed, progress, ex)
     done.update((t.source, Read(t, results[t.source], t.stat, t.sha256)) for t in traces if t.source in results)
     for kind, (read, prefix) in _SMALL.items():
         for i, t in enumerate(t for t in todo if t.kind == kind):
@@ -76,12 +76,13 @@ def _nccl_tests(refs: list[Planned], staging: str) -> list[Read]:
     return out
 
 
-def _traces(todo: list[Planned], staging, rank_from, forced, jobs, skip_bad, failed, progress,
+def _traces(todo: list[Planned], staging, rank_from, forced, only_trace, jobs, skip_bad, failed, progress,
             ex: Executor) -> dict[str, FileResult]:
     if not todo:
         return {}
     tasks = [{"path": t.path, "source": t.source, "stage": os.path.join(staging, f"{i:06d}"),
-              "rank_from": rank_from, "forced_rank": forced.get(t.source)} for i, t in enumerate(todo)]
+              "rank_from": rank_from, "forced_rank": forced.get(t.source), "only_trace": only_trace}
+             for i, t in enumerate(todo)]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     results: dict[str, FileResult] = {}
     bar = _progress(progress, len(tasks))
@@ -105,9 +106,7 @@ def _traces(todo: list[Planned], staging, rank_from, forced, jobs, skip_bad, fai
             run_dask(ex, tasks, done)
         elif jobs == 1:  # in-process: no start-up cost for the common one-file case
             for t in tasks:
-                done(t["source"], lambda t=t: ingest_kineto(t["path"], t["source"], t["stage"],
-                                                           rank_from=t["rank_from"], forced_rank=t["forced_rank"],
-                                                           converters=converters))
+                done(t["source"], lambda t=t: ingest_task(t, converters=converters))
         else:
             run_pool(tasks, jobs, done)
     finally:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import msgspec
 
 from ..errors import TraceFileError
-from .kineto import FileResult, ingest_kineto
+from .kineto import FileResult, ingest_task
 
 
 def _serve() -> None:
@@ -24,8 +24,7 @@ def _serve() -> None:
     for line in sys.stdin.buffer:
         task = msgspec.json.decode(line)
         try:
-            r = ingest_kineto(task["path"], task["source"], task["stage"], rank_from=task["rank_from"],
-                              forced_rank=task["forced_rank"], reuse_connection=True)
+            r = ingest_task(task, reuse_connection=True)
             reply = {"ok": dataclasses.asdict(r)}
         except TraceFileError as e:
             reply = {"error": {"path": e.path, "reason": e.reason}}

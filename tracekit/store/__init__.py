@@ -26,6 +26,7 @@ import time
 from ..errors import StoreError
 from . import manifest as _manifest
 from .schema import SCHEMA_VERSION, TABLES
+from . import devices
 from .sql import literal_list
 
 STORE_DIRNAME = ".tracekit"
@@ -120,6 +121,8 @@ class Store:
             pass
         for table in TABLES:
             create_table_view(con, f"_{table}", self.files(table), TABLES[table])
+        for stmt in devices.macros_sql():
+            con.execute(stmt)
         con.execute(_VIEWS_SQL)
         if not allow_external_access:
             files = [f for table in TABLES for f in self.files(table)]

@@ -1,5 +1,7 @@
 -- Public views over the store's tables. Private helpers start with "_".
 -- All times are int64 ns on the trace clock; durations are *_ns.
+-- Which categories are device ops and runtime calls: the macros device_op_kind(cat) and
+-- is_device_runtime(cat), installed from store/devices.py (CUDA, ROCm, MTIA, Intel XPU, PrivateUse1).
 
 -- ranks: one row per rank (source trace). Columns: see store/schema.py RANK_COLUMNS, plus
 --   rank  the global rank
@@ -49,11 +51,11 @@ CREATE OR REPLACE VIEW memory AS SELECT * FROM _memory;
 -- _cpu_step: the step whose CPU span holds a CPU-side timestamp (one row per rank/step).
 CREATE OR REPLACE VIEW _step_spans AS SELECT rank, step, ts_ns AS step_start_ns, end_ns AS step_end_ns FROM _steps;
 
--- runtime: CUDA/HIP runtime and driver calls (launches, memcpy calls, syncs), with
+-- runtime: device runtime and driver calls (CUDA/HIP, MTIA, XPU ...: launches, memcpy calls, syncs), with
 --   step  ProfilerStep#N that the call falls in (NULL outside every step)
 CREATE OR REPLACE VIEW runtime AS
 SELECT e.*, CASE WHEN e.ts_ns < s.step_end_ns THEN s.step END AS step
-FROM (SELECT * FROM events WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver')) e
+FROM (SELECT * FROM events WHERE ph = 'X' AND is_device_runtime(cat)) e
 ASOF LEFT JOIN _step_spans s ON e.rank = s.rank AND e.ts_ns >= s.step_start_ns;
 
 -- cpu_ops: operators recorded on CPU threads (cat cpu_op), with
@@ -69,17 +71,17 @@ SELECT rank, correlation, min(ts_ns) AS launch_ts_ns, arg_min(dur_ns, ts_ns) AS 
        arg_min(name, ts_ns) AS launch_name, arg_min(tid, ts_ns) AS launch_tid, arg_min(step, ts_ns) AS step
 FROM runtime WHERE correlation IS NOT NULL GROUP BY rank, correlation;
 
--- gpu_ops: kernels, memcpys and memsets on GPU streams, with
---   kind            kernel | memcpy | memset
+-- gpu_ops: device ops (kernels, memcpys and memsets on GPU streams, MTIA's CCP events, XPU ops ...), with
+--   kind            kernel | memcpy | memset (device_op_kind of the category)
 --   launch_ts_ns    start of the runtime call that launched the op (NULL: not found)
 --   launch_dur_ns   duration of that call
 --   launch_name     name of that call (cudaLaunchKernel, ...)
 --   launch_tid      CPU thread of that call
 --   step            ProfilerStep#N of the launching call
 CREATE OR REPLACE VIEW gpu_ops AS
-SELECT e.*, CASE e.cat WHEN 'kernel' THEN 'kernel' WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind,
+SELECT e.*, device_op_kind(e.cat) AS kind,
        l.launch_ts_ns, l.launch_dur_ns, l.launch_name, l.launch_tid, l.step
-FROM (SELECT * FROM events WHERE ph = 'X' AND cat IN ('kernel', 'gpu_memcpy', 'gpu_memset')) e
+FROM (SELECT * FROM events WHERE ph = 'X' AND device_op_kind(cat) IS NOT NULL) e
 LEFT JOIN _launch l ON e.rank = l.rank AND e.correlation = l.correlation;
 
 -- kernels: gpu_ops of kind kernel (same columns).

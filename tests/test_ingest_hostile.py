@@ -1,0 +1,142 @@
+"""Hostile files in a trace directory: special files, symlink loops, impossible distributedInfo, and a
+malformed number inside traceEvents. Each is skipped with a line naming it, or is one clear error naming
+the file and the field; nothing hangs."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+import tracekit
+from tracekit.cli import cli
+from tracekit.errors import TraceFileError
+from tracekit.ingest import ingest
+
+from .conftest import tiny_events, write_trace
+from .test_fuzz_ingest import watchdog
+
+
+def _ops(n: int) -> list[str]:
+    return [json.dumps({"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 1000 + 10 * i,
+                        "dur": 5, "args": {"External id": i}}) for i in range(n)]
+
+
+def _doc(events: list[str]) -> bytes:
+    return ('{"schemaVersion": 1, "traceEvents": [' + ", ".join(events) + "]}").encode()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_fifo_named_like_a_trace_is_skipped_without_opening_it(tmp_path):
+    d = tmp_path / "t"
+    write_trace(d / "rank0.json", tiny_events(1))
+    os.mkfifo(d / "rank1.json")
+    os.mkfifo(d / "inspector.log")  # sniffing a *.log reads it: a FIFO must not get there either
+    with watchdog(30):
+        r = CliRunner().invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert "skipped rank1.json: a FIFO (named pipe), not a regular file: not opened; move it out of the trace " \
+           "directory" in r.stderr.splitlines()
+    assert any(line.startswith("skipped inspector.log: a FIFO") for line in r.stderr.splitlines())
+    assert tracekit.open(str(tmp_path / "s")).ranks == [0]
+
+
+def test_symlink_loops_are_not_followed(tmp_path):
+    d = tmp_path / "t"
+    write_trace(d / "rank0.json", tiny_events(1))
+    os.symlink("loop2.json", d / "loop1.json")
+    os.symlink("loop1.json", d / "loop2.json")
+    os.symlink("nowhere.json", d / "dangling.json")
+    (d / "sub").mkdir()
+    os.symlink("..", d / "sub" / "up")  # a directory loop: walking it would find rank0.json again and again
+    with watchdog(30):
+        report = ingest(str(d), str(tmp_path / "s"))
+    assert report.unopened == {"dangling.json": "a symlink to nothing: not followed",
+                               "loop1.json": "a symlink loop: not followed",
+                               "loop2.json": "a symlink loop: not followed"}
+    assert report.ingested == ["rank0.json"]
+    # a symlink to a trace is an ordinary input
+    d2 = tmp_path / "u"
+    d2.mkdir()
+    os.symlink(d / "rank0.json", d2 / "rank0.json")
+    assert ingest(str(d2), str(tmp_path / "s2")).ingested == ["rank0.json"]
+
+
+@pytest.mark.parametrize("info,field,shown", [
+    ({"rank": 0, "world_size": 0}, "world_size", "0"),
+    ({"rank": 0, "world_size": -5}, "world_size", "-5"),
+    ({"rank": 0, "world_size": "eight"}, "world_size", '"eight"'),
+    ({"rank": 0, "world_size": 2.5}, "world_size", "2.5"),
+    ({"rank": 2, "world_size": 2}, "rank", "2"),
+    ({"rank": -1, "world_size": 2}, "rank", "-1"),
+    ({"rank": 1.5, "world_size": 2}, "rank", "1.5"),
+    ({"rank": "first", "world_size": 2}, "rank", '"first"'),
+    ({"rank": True, "world_size": 2}, "rank", "true"),
+    ({"rank": -3}, "rank", "-3"),
+])
+def test_impossible_distributed_info_names_the_file_and_field(tmp_path, info, field, shown):
+    d = tmp_path / "t"
+    d.mkdir()
+    doc = {"traceEvents": tiny_events(1), "distributedInfo": {"backend": "nccl", **info}}
+    (d / "rank0.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(cli, ["ingest", str(d), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 2, r.output
+    lines = r.output.splitlines()
+    assert len(lines) == 1 and "rank0.json" in lines[0] and f"distributedInfo.{field} is {shown}:" in lines[0]
+    assert "fix the trace's distributedInfo" in lines[0]
+
+
+def test_distributed_info_in_range_and_numeric_text_still_ingest(tmp_path):
+    d = tmp_path / "t"
+    d.mkdir()
+    doc = {"traceEvents": tiny_events(1), "distributedInfo": {"rank": "3", "world_size": 4.0}}
+    (d / "r.json").write_text(json.dumps(doc))
+    run = tracekit.open(str(d), store=str(tmp_path / "s"))
+    assert run.ranks == [3] and run.info()["world_size"] == 4
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_malformed_number_salvages_the_events_before_it(tmp_path, gz):
+    events = _ops(5)
+    events[3] = events[3].replace('"dur": 5', '"dur": 5.5.5')
+    text = _doc(events)
+    broken_at = text.index(b"5.5.5") + 3  # the second '.'
+    d = tmp_path / "t"
+    d.mkdir()
+    name = "rank0.json.gz" if gz else "rank0.json"
+    (d / name).write_bytes(gzip.compress(text) if gz else text)
+    report = ingest(str(d), str(tmp_path / "s"))
+    file = "decompressed file" if gz else "file"
+    assert report.warnings[name] == [
+        f"traceEvents[3] is not valid JSON at byte {broken_at} of the {file} (expected ',' or '}}'): kept the 3 "
+        "events before it, lost 2 event(s) from there on and any metadata after traceEvents; fix or drop that event"]
+    run = tracekit.open(str(tmp_path / "s"))
+    assert run.sql("SELECT name FROM events ORDER BY ts_ns")["name"].tolist() == ["op0", "op1", "op2"]
+    assert run.sql("SELECT lost_event_count FROM ranks")["lost_event_count"][0] == 2
+
+
+def test_malformed_number_deep_in_a_long_trace(tmp_path):
+    """Past the first chunks: every chunk before the broken one is kept, and the event index is exact."""
+    from tracekit.ingest.kineto import ingest_kineto
+
+    events = _ops(3000)
+    events[2345] = events[2345].replace('"ts": 24450', '"ts": 24450e')
+    p = tmp_path / "rank0.json"
+    p.write_bytes(_doc(events))
+    r = ingest_kineto(str(p), "rank0.json", str(tmp_path / "stage"), chunk_bytes=16 << 10)
+    assert r.event_count == 2345 and r.lost_event_count == 655
+    assert r.warnings[0].startswith("traceEvents[2345] is not valid JSON at byte ")
+
+
+def test_malformed_first_event_says_where_not_empty(tmp_path):
+    events = _ops(3)
+    events[0] = events[0].replace('"dur": 5', '"dur": -')
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "rank0.json").write_bytes(_doc(events))
+    with pytest.raises(TraceFileError) as e:
+        ingest(str(d), str(tmp_path / "s"))
+    msg = str(e.value)
+    assert "rank0.json" in msg and "traceEvents[0] is not valid JSON at byte" in msg and "empty" not in msg
