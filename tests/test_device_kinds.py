@@ -140,3 +140,19 @@ def test_mtia_temporal_breakdown_equals_hta(mtia, tmp_path):
     ours = analyses.temporal_breakdown(mtia, drop_last_step=True).iloc[0]
     assert (ours.idle_pct, ours.compute_pct, ours.non_compute_pct) == pytest.approx(
         (hta.idle_time_pctg, hta.compute_time_pctg, hta.non_compute_time_pctg)) == (30.0, 60.0, 10.0)
+
+
+@pytest.mark.parametrize("fixture", ["mtia", "xpu"])
+def test_the_replay_graph_launches_device_ops_from_their_runtime_calls(fixture, request):
+    # the dependency graph takes device ops and runtime calls from the same map: launch edges, GPU nodes,
+    # and a baseline replay that reproduces the measured run
+    import replay
+    from analyses import depgraph
+
+    run = request.getfixturevalue(fixture)
+    g = depgraph.build(run)
+    n_ops = int(run.sql("SELECT count(*) AS n FROM gpu_ops")["n"][0])
+    assert (g.kind == depgraph.K["gpu"]).sum() == n_ops > 0
+    assert g.stats["launch"] == n_ops
+    s = replay.run(run).summary()
+    assert (s.error_pct.abs() < 1e-9).all()
