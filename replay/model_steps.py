@@ -20,8 +20,10 @@ import pandas as pd
 from analyses import depgraph as _graph
 
 from . import links, parallelism, pipeline, pools, topology
+from .checks import ScenarioError
 from .network import CalibratedModel, calibrate
 from .optical import OpticalModel
+from .sharing import Flows
 from .specs import Scenario
 
 
@@ -121,7 +123,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     flows = lf.flows(node_of[lf.coll_row], prm)
     if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
         shift = st.colls.dp_wait_shift_ns.to_numpy(np.int64)[lf.coll_row]
-        flows = links.Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift, 0), flows.route_ptr,
+        flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift, 0), flows.route_ptr,
                             flows.route_links, flows.capacity)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest]
@@ -176,8 +178,6 @@ def _host_scales(hosts, host_of: dict[int, int], where: str) -> dict[int, float]
     for i, h in enumerate(hosts, 1):
         for r in h.ranks:
             if r not in host_of:
-                from .checks import ScenarioError
-
                 raise ScenarioError(f"{where}: [[network.hosts]] #{i} ranks: rank {r} is not a rank of the run")
             out[host_of[r]] = h.bandwidth_scale
     return out
