@@ -173,10 +173,16 @@ from_calls AS (
          coalesce(c.coll_name, k.coll_name) AS coll_name,
          coalesce(c.coll_dtype, k.coll_dtype, _comm_first_type(coalesce(n.input_types, p.input_types)),
                   _comm_kernel_dtype(k.kernel_name)) AS dtype,
-         coalesce(c.in_msg_nelems, k.in_msg_nelems, _comm_arg_nelems(c.input_dims, 0)) AS in_nelems,
+         -- the size, from every place the trace keeps it: the collective metadata (record_param_comms, the
+         -- kernel), the call's Input Dims, else the nccl:* / gloo:* annotation's (DDP's all_reduce takes a
+         -- TensorList, which older builds record with empty Input Dims; the annotation has the flat buffer)
+         coalesce(c.in_msg_nelems, k.in_msg_nelems, _comm_arg_nelems(c.input_dims, 0),
+                  _comm_arg_nelems(coalesce(n.input_dims, p.input_dims), 0)) AS in_nelems,
          coalesce(c.out_msg_nelems, k.out_msg_nelems, _comm_arg_nelems(c.input_dims, 1)) AS out_nelems,
          CASE WHEN coalesce(c.in_msg_nelems, k.in_msg_nelems) IS NOT NULL THEN 'args'
-              WHEN _comm_arg_nelems(c.input_dims, 0) IS NOT NULL THEN 'input_dims' END AS size_source,
+              WHEN _comm_arg_nelems(c.input_dims, 0) IS NOT NULL THEN 'input_dims'
+              WHEN _comm_arg_nelems(coalesce(n.input_dims, p.input_dims), 0) IS NOT NULL THEN 'annotation' END
+           AS size_source,
          coalesce(c.group_size, k.group_size) AS group_size, coalesce(c.pg_name, k.pg_name) AS pg_name,
          coalesce(c.pg_desc, k.pg_desc) AS pg_desc, coalesce(c.pg_ranks, k.pg_ranks) AS pg_ranks_text,
          coalesce(c.seq, k.seq) AS seq, coalesce(c.comms_id, k.comms_id) AS comms_id

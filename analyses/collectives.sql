@@ -24,7 +24,8 @@
 -- @column in_nelems         input elements
 -- @column out_nelems        output elements (NULL when unknown)
 -- @column bytes             bytes of the collective, nccl-tests convention (all_gather: output, reduce_scatter: input)
--- @column size_source       args (collective metadata) or input_dims (the call's Input Dims)
+-- @column size_source       args (collective metadata), input_dims (the call's Input Dims) or annotation (the
+--                           nccl:* / gloo:* annotation's Input Dims); NULL: the trace keeps no size for it
 -- @column timeline          gpu (kernel), cpu (gloo call + runloop), none (GPU rank whose kernel is outside the trace)
 -- @column cpu_name          the c10d::* call (or record_param_comms)
 -- @column cpu_event_id      event_id of the call

@@ -63,6 +63,12 @@ def _notes(run, df, offsets):
                          "their arrivals and waits are unknown, skew and transfer are over the traced ranks only")
     if not len(df):
         notes.append("no collectives in this trace (no c10d/NCCL/gloo communication ops)")
+    elif "bytes" in df.columns and "op" in df.columns:
+        unsized = df[df["bytes"].isna() & (df["op"] != "barrier")]
+        if len(unsized):
+            notes.append(f"{len(unsized)} of {len(df)} collective(s) without a size: neither their metadata, their "
+                         "kernel, nor the call's or annotation's Input Dims carry one (ops: "
+                         f"{', '.join(sorted(set(unsized['op'].astype(str))))}); their bandwidth is unknown")
     if notes:
         with_note(df, "; ".join(notes))
     return df

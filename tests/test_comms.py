@@ -350,3 +350,35 @@ def test_megatron_bandwidth_reported(shared_run):
     big = bw[bw["size_bucket_bytes"] == 1 << 26].iloc[0]
     assert big["collectives"] == 81 and big["bytes_total"] == 81 * (1 << 26)
     assert 150 < big["median_busbw_gbps"] < 240  # 8 x A100 NVLink ring: nccl-tests reach ~230 GB/s
+
+
+def test_every_collective_sized_from_wherever_the_trace_keeps_it(tmp_path):
+    # an older NCCL build: record_param_comms alone (no c10d op), no 'In msg nelems', and DDP's TensorList left
+    # its Input Dims empty; the nccl:all_reduce annotation right under it has the flat buffer. A broadcast that
+    # carries a size nowhere is said to be unsized
+    def rank(r):
+        meta = {"Collective name": "allreduce", "dtype": "Float", "Group size": 2, "Process Group Name": "0",
+                "Process Group Ranks": "[0, 1]", "Rank": r}
+        return [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 1, "ts": 0.0, "dur": 5000.0},
+            {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 10, "tid": 1, "ts": 900.0, "dur": 20.0,
+             "args": {"External id": 4, "Input Dims": [], **meta}},
+            {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "pid": 10, "tid": 1, "ts": 901.0,
+             "dur": 10.0, "args": {"Input Dims": [[1048576]], "Input type": ["float"]}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 1, "ts": 905.0, "dur": 5.0,
+             "args": {"correlation": 77, "cbid": 211}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+             "pid": 0, "tid": 20, "ts": 1000.0 + 10 * r, "dur": 100.0, "args": {"correlation": 77, "device": 0, "stream": 20}},
+            {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 10, "tid": 1, "ts": 2000.0, "dur": 20.0,
+             "args": {"External id": 6, "Input Dims": [], **meta, "Collective name": "broadcast"}},
+        ]
+    for r in (0, 1):
+        write_trace(tmp_path / f"rank{r}.json", rank(r), rank=r, world_size=2, base_ns=10**18)
+    run = tracekit.open(tmp_path, store=str(tmp_path / "store"))
+    df = comms.collectives(run)
+    ar = df[df["op"] == "all_reduce"]
+    assert list(ar["bytes"]) == [4 * 1048576] * 2 and set(ar["size_source"]) == {"annotation"}
+    bc = df[df["op"] == "broadcast"]
+    assert bc["bytes"].isna().all() and bc["size_source"].isna().all()
+    assert "2 of 4 collective(s) without a size" in df.attrs["note"] and "broadcast" in df.attrs["note"]
+    run.close()
