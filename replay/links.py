@@ -159,22 +159,25 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, rounds
     over log capacity and the latency's share of the fastest transfer). Classes are fitted in turn,
     the other held at its current value."""
     meas = np.maximum(measured_ns.astype(np.float64), 1.0)
-    present = [c for c in (INTER, INTRA) if (lf.link_class == c).any()]
+    # a transfer measured as nothing had no shared window (a rank finished before the last arrived: see the
+    # graph's notes); it says nothing of the link, and in relative error it would outweigh every other one
+    timed = measured_ns > 0
+    present = [c for c in (INTER, INTRA) if ((lf.link_class == c) & timed).any()]
     cap = {INTRA: 1.0, INTER: 1.0}
     lat = {INTRA: 0.0, INTER: 0.0}
     for c in present:  # start: each class's flows as if alone (bytes / time), no latency
-        sel = lf.link_class == c
+        sel = (lf.link_class == c) & timed
         cap[c] = float(np.median(lf.bytes[sel] / meas[sel])) or 1.0
 
     def loss(c, cp, lt):
         prm = LinkParams({**cap, c: cp}, {**lat, c: lt})
         pred = transfers(lf, starts_ns, prm)
-        sel = lf.link_class == c
+        sel = (lf.link_class == c) & timed
         return float(np.mean(((pred[sel] - meas[sel]) / meas[sel]) ** 2))
 
     for _ in range(rounds):
         for c in present:
-            sel = lf.link_class == c
+            sel = (lf.link_class == c) & timed
             steps = lf.lat_steps[sel]
             lat_max = float(np.min(meas[sel] / np.maximum(steps, 1.0)))
             log_lo, log_hi = np.log(cap[c]) - 3.0, np.log(cap[c]) + 3.0
@@ -194,8 +197,9 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, rounds
     prm = LinkParams(dict(cap), dict(lat))
     pred = transfers(lf, starts_ns, prm)
     rel = (pred - meas) / meas
-    return Fit(params=prm, rel_rms={c: float(np.sqrt(np.mean(rel[lf.link_class == c] ** 2))) for c in present},
-               flows={c: int((lf.link_class == c).sum()) for c in present})
+    used = {c: (lf.link_class == c) & timed for c in present}
+    return Fit(params=prm, rel_rms={c: float(np.sqrt(np.mean(rel[u] ** 2))) for c, u in used.items()},
+               flows={c: int(u.sum()) for c, u in used.items()})
 
 
 def from_alpha_beta(model) -> Fit:
