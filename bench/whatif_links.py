@@ -101,13 +101,14 @@ def markdown(rows) -> str:
     for r in rows:
         out.append(f"| {r['case']} | `{r['from']}` | `{r['measured_run']}` | {r['measured_ms']:.1f} | "
                    f"{pct(r.get('alpha_beta'))} | {pct(r.get('links'))} |")
-    pairs = [abs(r["links"]) for r in rows if r["kind"] == "pair" and r.get("links") is not None]
-    if pairs:
-        pairs.sort()
-        med = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
-        out.append("")
-        out.append(f"links model over {len(pairs)} rate pair(s): median |error| {med:.1f}% (target 2%), worst "
-                   f"{pairs[-1]:.1f}% (target 5%)")
+    for model in MODELS:
+        errs = sorted(abs(r[model]) for r in rows if r["kind"] == "pair" and r.get(model) is not None)
+        if errs:
+            mid = len(errs) // 2
+            med = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+            out.append("")
+            out.append(f"{model} over {len(errs)} rate pair(s): median |error| {med:.1f}% (target 2%), worst "
+                       f"{errs[-1]:.1f}% (target 5%)")
     return "\n".join(out) + "\n"
 
 
