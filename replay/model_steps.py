@@ -124,7 +124,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
         shift = st.colls.dp_wait_shift_ns.to_numpy(np.int64)[lf.coll_row]
         flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift, 0), flows.route_ptr,
-                            flows.route_links, flows.capacity)
+                      flows.route_links, flows.capacity)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest]
     st.info["flows"] = flows
