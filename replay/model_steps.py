@@ -35,6 +35,7 @@ class ModelState:
     colls: pd.DataFrame  # the collectives the comm model costs (the graph's, resized by the parallelism step)
     rng: np.random.Generator
     base: CalibratedModel | None = None  # calibrated by the parallelism step; the comm step reuses it
+    nccl_tests: pd.DataFrame | None = None  # the store's nccl-tests rows, read once when the scenario calibrates on them
     notes: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)  # comm: the model; reconfigurations; step_delta: {rank: ns}
 
@@ -65,7 +66,7 @@ def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
     if not len(g.colls) or not par.changes_layout:
         return
     lay = parallelism.layout(run) if run is not None else {}
-    base = sc.calibrate(st.colls, _nccl_tests(run, sc)) if sc.network.calibrate != "none" else None
+    base = sc.calibrate(st.colls, st.nccl_tests) if sc.network.calibrate != "none" else None
     st.base = base if base is not None else calibrate(st.colls)
     # a degree the run already has (or no layout to compare with: pipeline.step_delta says what is missing)
     new = {"tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches}
@@ -83,7 +84,7 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
     if sc.network.model == "links":
         return links_step(g, sc, run, st)
     comm = sc.comm_model(st.base if st.base is not None and sc.needs_calibration else st.colls,
-                         nccl_tests=_nccl_tests(run, sc))
+                         nccl_tests=st.nccl_tests)
     transfer = np.asarray(comm.transfer_ns(st.colls, st.rng), np.int64)
     if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
         transfer = np.maximum(transfer + st.colls.dp_wait_shift_ns.to_numpy(np.int64), 0)
@@ -106,7 +107,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     host_of = _host_index(g, sc)
     net = sc.network
     if net.calibrate == "nccl_tests":  # one collective at a time: the alpha-beta fit is each link alone
-        fitted = links.from_alpha_beta(sc.calibrate(g.colls, _nccl_tests(run, sc)))
+        fitted = links.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests))
     else:
         measured = links.build(g.colls, host_of)
         starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
@@ -192,7 +193,7 @@ def apply_models(g, scenario: Scenario | None, run=None):
     if scenario is None:
         return g.dur_ns.copy(), g.lag_ns.copy(), [], {}
     st = ModelState(dur_ns=g.dur_ns.copy(), lag_ns=g.lag_ns.copy(), colls=g.colls,
-                    rng=np.random.default_rng(scenario.seed))
+                    rng=np.random.default_rng(scenario.seed), nccl_tests=_nccl_tests(run, scenario))
     for step in MODEL_STEPS:
         step(g, scenario, run, st)
     return np.maximum(st.dur_ns, 0), st.lag_ns, st.notes, st.info

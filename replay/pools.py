@@ -22,8 +22,8 @@ def gloo_pools(g, lag_ns: np.ndarray):
     on_cpu = np.zeros(g.n_nodes, bool)
     has = g.track >= 0
     on_cpu[has] = ~g.tracks.is_gpu.to_numpy(bool)[g.track[has]]
-    jobs = np.flatnonzero((g.kind == _graph.K["comm"]) & on_cpu
-                          & np.array([str(n).startswith("gloo:") for n in g.name], bool))
+    comm = np.flatnonzero((g.kind == _graph.K["comm"]) & on_cpu)  # names are looked at for these only
+    jobs = comm[np.array([str(n).startswith("gloo:") for n in g.name[comm]], bool)]
     if not len(jobs):
         return None
     acquire = np.full(g.n_nodes, -1, np.int64)
