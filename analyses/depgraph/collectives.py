@@ -116,9 +116,14 @@ def _groups(agg: pd.DataFrame, host_of: dict) -> int:
     return int((np.asarray(miss) > 0).sum())
 
 
+WAKE_LEAD_NS = 5_000_000  # a gloo caller wakes up to ~5 ms before the runloop's annotation ends (seen: 0.2-5.1 ms)
+
+
 def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.ndarray:
-    """For each gloo participant: when its calling thread woke from the wait (the end of the idle gap that
-    covers most of the transfer window), -1 when the caller did not sit idle through it."""
+    """For each gloo participant: when its calling thread woke from the wait (the end of the idle gap, of
+    those ending when the collective's runloop work ended or later, that covers most of the window; else
+    of one covering most of it), -1 when the caller was not waiting; a wake-up is kept only by the
+    collective it belongs to (_own_wakes)."""
     out = np.full(len(rows), -1, np.int64)
     la = rows.match_key.map(last_arrival).to_numpy(np.int64)
     for i, (tl, r, pid, tid, end) in enumerate(zip(rows.timeline, rows["rank"], rows.call_pid, rows.call_tid,
@@ -133,14 +138,42 @@ def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.
         window = hi - lo
         if window <= 0:
             continue
-        # idle gaps (ge[j], gs[j+1]) overlapping the window; the one covering most of it
+        # idle gaps (ge[j], gs[j+1]) that began before the work ended and end after the window opened
         j0 = max(0, np.searchsorted(ge, lo, side="right") - 1)
-        j1 = np.searchsorted(gs, hi, side="right")
-        best, best_j = 0, -1
-        for j in range(j0, min(j1, len(gs) - 1)):
-            ov = min(gs[j + 1], hi) - max(ge[j], lo)
-            if ov > best:
-                best, best_j = ov, j
-        if best_j >= 0 and best * 2 >= window:
-            out[i] = gs[best_j + 1]
+        j1 = min(np.searchsorted(ge, hi, side="left"), len(gs) - 1)
+        js = np.arange(j0, j1)
+        js = js[gs[js + 1] > lo]
+        if not len(js):
+            continue
+        covered = np.minimum(gs[js + 1], hi) - np.maximum(ge[js], lo)
+        # the caller woke when the work ended (the runloop's annotation can outlast the completion the caller
+        # sees by a few ms): of the gaps ending then or later, the one covering most of the window. DDP waits
+        # for its buckets one after another once backward ends, so a later bucket's caller worked through
+        # most of its window and waited only for its last part
+        late = gs[js + 1] >= hi - WAKE_LEAD_NS
+        if late.any():
+            out[i] = gs[js[late][np.argmax(covered[late])] + 1]
+        elif covered.max() * 2 >= window:  # else a wait covering most of the window
+            out[i] = gs[js[np.argmax(covered)] + 1]
+    return _own_wakes(out, rows)
+
+
+def _own_wakes(wake: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
+    """Keep a wake-up only where it is this collective's: when several of a rank's collectives are in flight
+    (DDP buckets on gloo's worker threads), the caller blocks in the first one's wait() and wakes when that
+    one completes, inside the later ones' windows too; a wake belongs to the rank's collective whose runloop
+    work ended nearest to it."""
+    out = wake.copy()
+    ranks = rows["rank"].to_numpy(np.int64)
+    ends = rows.end_ns.to_numpy(np.int64)
+    cpu = (rows.timeline == "cpu").to_numpy(bool)
+    for r in np.unique(ranks[wake >= 0]):
+        mine = np.flatnonzero((ranks == r) & cpu)
+        e = np.sort(ends[mine])
+        for i in np.flatnonzero((ranks == r) & (wake >= 0)):
+            j = np.searchsorted(e, wake[i])
+            near = [e[k] for k in (j - 1, j) if 0 <= k < len(e)]
+            nearest = min(near, key=lambda x: (abs(int(x) - int(wake[i])), x))
+            if abs(int(ends[i]) - int(wake[i])) > abs(int(nearest) - int(wake[i])):
+                out[i] = -1
     return out
