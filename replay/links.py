@@ -146,6 +146,35 @@ def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams) -> np.ndarr
     return s.end_ns[1:] - s.start_ns[1:]
 
 
+def period_ends(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Per flow: when the busy period it is in ends, the latest over the links it crosses (a link's busy
+    period: its flows' intervals merged where they overlap or touch)."""
+    out = end_ns.astype(np.int64).copy()
+    if not len(lf):
+        return out
+    owner = np.repeat(np.arange(len(lf)), np.diff(lf.route_ptr))
+    link = lf.route_links
+    order = np.lexsort((start_ns[owner], link))
+    owner, link = owner[order], link[order]
+    s, e = start_ns[owner], end_ns[owner]
+    new_link = np.r_[True, link[1:] != link[:-1]]
+    # a new period where a link starts or a flow starts after every earlier flow of its link ended
+    period = np.empty(len(owner), np.int64)
+    k = -1
+    cur = 0
+    for i in range(len(owner)):
+        if new_link[i] or s[i] > cur:
+            k += 1
+            cur = e[i]
+        else:
+            cur = max(cur, e[i])
+        period[i] = k
+    pend = np.full(k + 1, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(pend, period, e)
+    np.maximum.at(out, owner, pend[period])
+    return out
+
+
 @dataclass(frozen=True)
 class Fit:
     params: LinkParams
@@ -155,9 +184,13 @@ class Fit:
 
 def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, rounds: int = 2) -> Fit:
     """Capacity and latency per link class that make the flows, replayed from their measured starts and
-    sharing the links, take their measured times (least squares in relative error; coarse-to-fine search
-    over log capacity and the latency's share of the fastest transfer). Classes are fitted in turn,
-    the other held at its current value."""
+    sharing the links, keep the links busy as long as the run did: each flow's busy period (its links
+    in use without a break) ends when the measured one did (least squares in error relative to the time
+    from the flow's start to that end; coarse-to-fine search over log capacity and the latency's share of
+    the fastest transfer). Busy periods, unlike each flow's own time, do not depend on how the link was
+    shared among its flows (max-min here; a TCP connection that gloo's buckets share serves the first
+    one faster): the fit takes the link's throughput, not the sharing discipline. Classes are fitted in
+    turn, the other held at its current value."""
     meas = np.maximum(measured_ns.astype(np.float64), 1.0)
     # a transfer measured as nothing had no shared window (a rank finished before the last arrived: see the
     # graph's notes); it says nothing of the link, and in relative error it would outweigh every other one
@@ -169,11 +202,15 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, rounds
         sel = (lf.link_class == c) & timed
         cap[c] = float(np.median(lf.bytes[sel] / meas[sel])) or 1.0
 
+    starts = starts_ns.astype(np.int64)
+    meas_pe = period_ends(lf, starts, starts + measured_ns.astype(np.int64))
+    horizon = np.maximum(meas_pe - starts, 1).astype(np.float64)
+
     def loss(c, cp, lt):
         prm = LinkParams({**cap, c: cp}, {**lat, c: lt})
-        pred = transfers(lf, starts_ns, prm)
+        pred_pe = period_ends(lf, starts, starts + transfers(lf, starts_ns, prm))
         sel = (lf.link_class == c) & timed
-        return float(np.mean(((pred[sel] - meas[sel]) / meas[sel]) ** 2))
+        return float(np.mean(((pred_pe[sel] - meas_pe[sel]) / horizon[sel]) ** 2))
 
     for _ in range(rounds):
         for c in present:
@@ -195,8 +232,7 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, rounds
                 lat_lo, lat_hi = max(0.0, best[2] - span_l), min(lat_max, best[2] + span_l)
             cap[c], lat[c] = best[1], best[2]
     prm = LinkParams(dict(cap), dict(lat))
-    pred = transfers(lf, starts_ns, prm)
-    rel = (pred - meas) / meas
+    rel = (period_ends(lf, starts, starts + transfers(lf, starts_ns, prm)) - meas_pe) / horizon
     used = {c: (lf.link_class == c) & timed for c in present}
     return Fit(params=prm, rel_rms={c: float(np.sqrt(np.mean(rel[u] ** 2))) for c, u in used.items()},
                flows={c: int(u.sum()) for c, u in used.items()})
