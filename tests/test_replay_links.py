@@ -136,3 +136,44 @@ def test_links_calibrated_from_nccl_tests_rows(tmp_path):
     ab = {"network": {"calibrate": "nccl_tests", "nccl_tests_group_size": 2, "nccl_tests_hosts": 2,
                       "bandwidth_scale": 2.0}}
     assert replay.run(run, scenario_from_dict(ab, "y")).summary().predicted_step_ns.max() > 0
+
+
+def test_the_fit_takes_the_links_throughput_whatever_the_sharing_discipline():
+    import pandas as pd
+
+    # two 1 MB all-reduces across 2 hosts start together on a 0.01 byte/ns link and were served one after the
+    # other (one TCP connection: first in, first out), not max-min: they ended at 100 and 200 ms. Their busy
+    # period is 200 ms whatever the discipline, so the fit finds the link's capacity; fitting each flow's own
+    # time under max-min (both would end at 200 ms) lands between. A 0.5 MB one alone later, in 50 ms, says
+    # that no latency is in it
+    colls = pd.DataFrame({"op": ["all_reduce"] * 3, "bytes": pd.array([1_000_000] * 2 + [500_000], dtype="Int64"),
+                          "group_size": [2, 2, 2], "ranks": [[0, 1]] * 3})
+    lf = links.build(colls, {0: 0, 1: 1})
+    fit = links.fit(lf, np.array([0, 0, 300_000_000]), np.array([100_000_000, 200_000_000, 50_000_000]))
+    assert fit.params.capacity["inter_node"] == pytest.approx(0.01, rel=0.01)
+    assert fit.rel_rms["inter_node"] < 0.01
+    assert links.period_ends(lf, np.array([0, 0, 300]), np.array([100, 200, 350])).tolist() == [200, 200, 350]
+    # a flow that starts before the link went idle is in its busy period; one that starts after opens its own
+    assert links.period_ends(lf, np.array([0, 150, 300]), np.array([100, 250, 350])).tolist() == [100, 250, 350]
+    assert links.period_ends(lf, np.array([0, 50, 300]), np.array([100, 250, 350])).tolist() == [250, 250, 350]
+
+
+def test_a_gloo_callers_wake_up_goes_to_the_collective_that_caused_it():
+    import importlib
+
+    import pandas as pd
+
+    coll = importlib.import_module("analyses.depgraph.collectives")
+    ms = 1_000_000
+    # DDP's finalize on one rank: buckets X (runloop work 0-100 ms) and Y (10-200 ms) were both in flight; the
+    # caller waited for X (idle 5-100.01), copied X's gradients (to 110), then waited for Y (idle 110-200.02)
+    rows = pd.DataFrame({"match_key": ["x", "y"], "rank": [0, 0], "timeline": ["cpu", "cpu"],
+                         "call_pid": [1, 1], "call_tid": [1, 1], "end_ns": [100 * ms, 200 * ms]})
+    busy_starts = np.array([0, 100 * ms + 10_000, 200 * ms + 20_000])
+    busy_ends = np.array([5 * ms, 110 * ms, 210 * ms])
+    last_arrival = pd.Series({"x": 0, "y": 10 * ms})
+    wakes = coll._wake_times(rows, last_arrival, {(0, 1, 1): (busy_starts, busy_ends)})
+    assert wakes.tolist() == [100 * ms + 10_000, 200 * ms + 20_000]
+    # a caller that never went idle while Y ran has no wake for it; X's stays X's
+    wakes = coll._wake_times(rows, last_arrival, {(0, 1, 1): (busy_starts[:2], np.array([5 * ms, 250 * ms]))})
+    assert wakes.tolist() == [100 * ms + 10_000, -1]
