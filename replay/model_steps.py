@@ -126,6 +126,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         shift = st.colls.dp_wait_shift_ns.to_numpy(np.int64)[lf.coll_row]
         flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift, 0), flows.route_ptr,
                       flows.route_links, flows.capacity)
+    _scale_release_lags(g, st, lf, flows, fitted.params, prm, node_of)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest]
     st.info["flows"] = flows
@@ -142,6 +143,22 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
                         f"step, {how} (residual {100 * rms:.1f}% rms)")
     st.notes += [n for n in lf.notes if n not in st.notes]
+
+
+def _scale_release_lags(g, st: ModelState, lf, flows, fit_prm, prm, node_of) -> None:
+    """A participant released after the shared transfer ended (its incoming direction still carried data)
+    waits for the link too: its release and host-wait lags follow the flow's bottleneck capacity."""
+    old = lf.flows(flows.node, fit_prm).capacity
+    new = flows.capacity
+    k = np.ones(len(node_of))
+    for i in range(len(lf)):
+        route = lf.route_links[lf.route_ptr[i]:lf.route_ptr[i + 1]]
+        k[lf.coll_row[i]] = old[route].min() / new[route].min()
+    bar = np.full(g.n_nodes, -1, np.int64)
+    bar[node_of] = np.arange(len(node_of))
+    sel = np.isin(g.edge_kind, [_graph.E["release"], _graph.E["host_wait"]]) & (bar[g.src] >= 0)
+    f = k[bar[g.src[sel]]]
+    st.lag_ns[sel] = np.rint(st.lag_ns[sel] * f).astype(np.int64)
 
 
 def _nccl_tests(run, sc: Scenario):

@@ -177,3 +177,23 @@ def test_a_gloo_callers_wake_up_goes_to_the_collective_that_caused_it():
     # a caller that never went idle while Y ran has no wake for it; X's stays X's
     wakes = coll._wake_times(rows, last_arrival, {(0, 1, 1): (busy_starts[:2], np.array([5 * ms, 250 * ms]))})
     assert wakes.tolist() == [100 * ms + 10_000, -1]
+
+
+def test_a_rank_released_after_the_shared_transfer_waits_on_the_links_too(runs):
+    from analyses import depgraph
+    from replay.model_steps import apply_models
+
+    # a participant that finishes after the transfer every rank shares was still receiving: its release and
+    # host-wait lags follow the link, halved when the link is twice as fast, kept when it is not changed
+    run = runs["ddp2_2hosts_100mbit"]
+    g = depgraph.build(run)
+    late = np.isin(g.edge_kind, [depgraph.E["release"], depgraph.E["host_wait"]]) & (g.lag_ns > 1000)
+    assert late.sum() >= 4
+    for scale, k in ((2.0, 0.5), (1.0, 1.0)):
+        sc = scenario_from_dict({"network": {"model": "links", "bandwidth_scale": scale}}, "s.toml")
+        _, lag, _, _ = apply_models(g, sc, run)
+        assert lag[late] == pytest.approx(g.lag_ns[late] * k, abs=1)
+    # a data-parallel change keeps the links: the lags stay
+    sc = scenario_from_dict({"network": {"model": "links"}, "parallelism": {"dp": 4}}, "s.toml")
+    _, lag, _, _ = apply_models(g, sc, run)
+    assert (lag[late] == g.lag_ns[late]).all()
