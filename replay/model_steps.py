@@ -139,9 +139,10 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     for c, rms in fitted.rel_rms.items():
         how = ("from nccl-tests" if net.calibrate == "nccl_tests"
                else f"over {fitted.flows[c]} transfer(s) replayed as flows")
+        nominal = _nominal_rates(run) if c == links.INTER else ""
         st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
-                        f"step, {how} (residual {100 * rms:.1f}% rms)")
+                        f"step, {how} (busy periods' residual {100 * rms:.1f}% rms){nominal}")
     st.notes += [n for n in lf.notes if n not in st.notes]
 
 
@@ -159,6 +160,21 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_prm, prm, node_of) -> 
     sel = np.isin(g.edge_kind, [_graph.E["release"], _graph.E["host_wait"]]) & (bar[g.src] >= 0)
     f = k[bar[g.src[sel]]]
     st.lag_ns[sel] = np.rint(st.lag_ns[sel] * f).astype(np.int64)
+
+
+def _nominal_rates(run) -> str:
+    """The NIC rates the run was shaped to, where run.json's testbed block says (the tc rates), for the notes."""
+    try:
+        rates = {int(x["host"]): float(x["rate_mbit"]) for x in run.run_manifest()["testbed"]["links"]}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return ""
+    if not rates:
+        return ""
+    if len(set(rates.values())) == 1:
+        return f"; nominal {next(iter(rates.values())):.4g} Mbit/s (the testbed's tc rate, run.json)"
+    each = ", ".join(f"host {h} {r:.4g}" for h, r in sorted(rates.items()))
+    return (f"; nominal {each} Mbit/s (the testbed's tc rates, run.json): a ring is paced by its slowest NIC, "
+            f"{min(rates.values()):.4g}, and one that crosses every host's NIC cannot tell them apart")
 
 
 def _nccl_tests(run, sc: Scenario):

@@ -29,7 +29,9 @@ def test_the_fitted_nic_capacity_is_the_rate_the_run_was_shaped_to(runs, name, m
     fit = res.info["links"]
     assert runs[name].run_manifest()["testbed"]["links"][0]["rate_mbit"] == mbit
     assert fit.params.capacity["inter_node"] * 8e3 == pytest.approx(mbit, rel=0.10)
-    assert any("links model: inter_node fitted" in n for n in res.notes)
+    # the notes print the fit beside the rate the run was shaped to
+    assert any("links model: inter_node fitted" in n and f"nominal {mbit} Mbit/s (the testbed's tc rate" in n
+               for n in res.notes)
 
 
 def test_links_what_if_moves_transfers_as_flows_and_a_slow_host_bottlenecks_its_ring(runs):
