@@ -37,7 +37,9 @@ def _job_step(result, col="predicted_step_ns"):
     ("ddp2_2hosts_100mbit", {"parallelism": {"dp": 4}}, "ddp4_4hosts_100mbit", 10.0),
     ("ddp4_4hosts_100mbit", {"parallelism": {"dp": 2}}, "ddp2_2hosts_100mbit", 10.0),
 ])
-def test_prediction_matches_the_run_recorded_under_those_conditions(runs, src, doc, dst, target_pct):
+@pytest.mark.parametrize("model", ["alpha_beta", "links"])
+def test_prediction_matches_the_run_recorded_under_those_conditions(runs, src, doc, dst, target_pct, model):
+    doc = {**doc, "network": {**doc.get("network", {}), "model": model}}
     predicted = _job_step(replay.run(runs[src], scenario_from_dict(doc, "s")))
     measured = _job_step(replay.run(runs[dst]), "measured_step_ns")
     assert abs(predicted - measured) / measured * 100 <= target_pct, (predicted, measured)
