@@ -29,6 +29,7 @@ LAYER_OF = {
     "tracekit.cli": "app",
     "tracekit.report": "app",
     "tracekit.gate": "app",
+    "tracekit.advice": "app",       # doctor: the analyses' evidence, the replay's savings
     "tracekit.output": "app",       # the CLI's and the gate's output contract
 }
 

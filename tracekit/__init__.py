@@ -21,4 +21,12 @@ def open(path, store: str | None = None, *, ingest: bool = True, **ingest_option
     return open_run(path, store, ingest=ingest, **ingest_options)
 
 
-__all__ = ["open", "TracekitError", "TraceFileError", "NotATraceError", "StoreError", "__version__"]
+def doctor(run, *, out_dir: str | None = None) -> list[dict]:
+    """What slows the run (a tracekit Run), most predicted saving first (tracekit/advice: the app layer,
+    found through its extension point)."""
+    from .extensions import provider
+
+    return provider("doctor")(run, out_dir=out_dir)
+
+
+__all__ = ["open", "doctor", "TracekitError", "TraceFileError", "NotATraceError", "StoreError", "__version__"]

@@ -7,6 +7,7 @@ from .. import __version__
 from .capture import demo_train_cmd, record_cmd, testbed_group
 from .analyze import analyze_cmd
 from .comms import comms_group
+from .doctor import doctor_cmd
 from .gate import gate_cmd
 from .ingest import ingest_cmd, info_cmd
 from .query import query_cmd
@@ -38,6 +39,7 @@ cli.add_command(testbed_group)
 cli.add_command(comms_group)
 cli.add_command(report_cmd)
 cli.add_command(gate_cmd)
+cli.add_command(doctor_cmd)
 cli.add_command(replay_cmd)
 cli.add_command(whatif_cmd)
 

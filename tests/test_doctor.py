@@ -1,0 +1,98 @@
+"""tracekit doctor: findings from the analyses, ranked by the replay's predicted saving, each scenario
+reproducible with `tracekit whatif`."""
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+from click.testing import CliRunner
+
+import tracekit
+from tracekit.advice import FIELDS
+from tracekit.advice.toml import dumps
+from tracekit.cli import cli
+
+from .conftest import REPO
+
+SAMPLES = REPO / "sample_traces"
+BUNDLED = ("ddp3_slow_rank1", "ddp2_2hosts_100mbit", "ddp4_loopback", "ddp2_layers")
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    base = tmp_path_factory.mktemp("doctor")
+    return {n: str(base / n) for n in BUNDLED}
+
+
+def _doctor_json(name, store, *extra):
+    res = CliRunner().invoke(cli, ["doctor", str(SAMPLES / name), "--store", store, "--format", "json", *extra])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_the_injected_straggler_is_the_top_finding_with_its_evidence(stores):
+    fs = _doctor_json("ddp3_slow_rank1", stores["ddp3_slow_rank1"])
+    top = fs[0]
+    assert top["kind"] == "straggler" and top["rank"] == 1  # the sample's rank 1 sleeps 40 ms per step
+    assert set(FIELDS) <= set(top)
+    assert {e["analysis"] for e in top["evidence"]} == {"straggler_attribution", "exposed_comm"}
+    assert top["saving_ns"] == top["measured_step_ns"] - top["predicted_step_ns"] > 0
+    assert top["saving_pct"] == pytest.approx(100 * top["saving_ns"] / top["measured_step_ns"])
+    assert tomllib.loads(top["scenario"])["compute"]["rank_slowdown"].keys() == {"1"}
+    # the sleep is also data loading, which the replay cannot speed up by name: stated, not predicted
+    dl = [f for f in fs if f["kind"] == "data_loading"]
+    assert dl and dl[0]["rank"] == 1 and dl[0]["predicted_step_ns"] is None and dl[0]["saving_pct"] is None
+    # most saving first, the unpredicted ones after
+    savings = [f["saving_ns"] for f in fs if f["saving_ns"] is not None]
+    assert savings == sorted(savings, reverse=True)
+    assert all(f["saving_ns"] is None for f in fs[len(savings):])
+
+
+def test_a_link_bound_run_leads_with_exposed_communication(stores):
+    fs = _doctor_json("ddp2_2hosts_100mbit", stores["ddp2_2hosts_100mbit"])
+    assert fs[0]["kind"] == "exposed_communication" and fs[0]["rank"] is None
+    assert tomllib.loads(fs[0]["scenario"])["network"] == {"model": "links", "bandwidth_scale": 2.0}
+    assert fs[0]["saving_pct"] > 25  # the sample is link-bound: 93% of its step is exposed communication
+
+
+@pytest.mark.slow  # a doctor and a whatif per bundled sample
+@pytest.mark.parametrize("name", BUNDLED)
+def test_whatif_reproduces_every_findings_prediction(stores, name, tmp_path):
+    fs = _doctor_json(name, stores[name], "--out", str(tmp_path))
+    modelled = [f for f in fs if f["scenario"] is not None]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{f['name']}.toml" for f in modelled)
+    for f in modelled:
+        res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / name), str(tmp_path / f"{f['name']}.toml"),
+                                       "--store", stores[name], "--format", "json"])
+        assert res.exit_code == 0, res.output
+        row = json.loads(res.stdout)[0]
+        assert row["predicted_step_ns"] == f["predicted_step_ns"], f["name"]
+        assert row["measured_step_ns"] == f["measured_step_ns"]
+
+
+def test_the_table_and_markdown_say_what_is_not_predicted(stores):
+    for fmt, mark in (("table", "saving: not predicted"), ("markdown", "| not predicted |")):
+        res = CliRunner().invoke(cli, ["doctor", str(SAMPLES / "ddp3_slow_rank1"), "--store",
+                                       stores["ddp3_slow_rank1"], "--format", fmt])
+        assert res.exit_code == 0, res.output
+        assert "straggler" in res.stdout and mark in res.stdout
+
+
+def test_python_api_is_the_cli(stores):
+    with tracekit.open(str(SAMPLES / "ddp3_slow_rank1"), store=stores["ddp3_slow_rank1"]) as run:
+        fs = tracekit.doctor(run)
+    assert fs == _doctor_json("ddp3_slow_rank1", stores["ddp3_slow_rank1"])
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a trace")
+    res = CliRunner().invoke(cli, ["doctor", str(tmp_path), "--store", str(tmp_path / "st")])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: ") and res.output.count("\n") == 1 and "Traceback" not in res.output
+
+
+def test_scenario_toml_reads_back():
+    doc = {"compute": {"rank_slowdown": {"1": 0.35, "6": 0.5}, "cpu_scale": 2.0},
+           "network": {"model": "links", "bandwidth_scale": 2.0}}
+    assert tomllib.loads(dumps(doc, comment='a "quoted" title')) == doc

@@ -1,0 +1,286 @@
+"""What slows a job: one detector per kind of finding, each reading the analyses for its evidence and
+writing the scenario that models its fix (None where the replay cannot model it).
+
+A detector returns Candidate rows; tracekit.doctor replays their scenarios and ranks them. Thresholds
+below decide only whether a finding is worth stating; the saving is always the replay's.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
+MIN_SHARE_PCT = 5.0
+SMALL_KERNEL_NS = 10_000  # a kernel shorter than this is launch-bound on every current GPU
+MEMORY_HEADROOM_PCT = 50.0  # peak below this share of the device's memory leaves room for a larger batch
+SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
+              "aten::item", "aten::_local_scalar_dense")
+DATA_LOADING = r"(?i)(data_?loading|dataloader|_next_data|enumerate\(DataLoader\))"
+
+
+@dataclass
+class Candidate:
+    kind: str
+    rank: int | None
+    title: str
+    evidence: list[dict]
+    fix: str
+    scenario: dict | None  # the what-if document, None: the fix is not predicted
+    confidence: str
+    assumptions: str
+    share_pct: float = 0.0  # the evidence's share of the step, for the order of unpredicted findings
+    extra: dict = field(default_factory=dict)
+
+
+def _ev(analysis: str, figure: str) -> dict:
+    return {"analysis": analysis, "figure": figure}
+
+
+def _ms(ns) -> str:
+    return f"{float(ns) / 1e6:.1f} ms"
+
+
+def _per_rank_step(run):
+    """Per rank: median step time and median communication time per step (exposed_comm's figures)."""
+    ec = run.analyze("exposed_comm")
+    if ec.empty:
+        return ec, {}
+    g = ec.groupby("rank")
+    return ec, {int(r): {"step_ns": float(np.median(x.step_ns)), "comm_ns": float(np.median(x.comm_ns)),
+                         "exposed_ns": float(np.median(x.exposed_comm_ns)), "steps": len(x)}
+                for r, x in g}
+
+
+def straggler(run, ctx) -> list[Candidate]:
+    sa = run.analyze("straggler_attribution")
+    if sa.empty or not sa.consistently_late.fillna(False).any():
+        return []
+    _, per = ctx["per_rank"]
+    if len(per) < 2:
+        return []
+    late = sa[sa.consistently_late.fillna(False)].sort_values("caused_wait_ns", ascending=False)
+    # a rank's own work per step: its step less the time it spent in collectives; the late ranks are brought
+    # to the median of the others (all of them at once: with two late ranks, fixing one saves nothing)
+    work = {k: v["step_ns"] - v["comm_ns"] for k, v in per.items()}
+    on_time = [w for k, w in work.items() if k not in set(late["rank"].astype(int))]
+    if not on_time:
+        return []
+    others = float(np.median(on_time))
+    rows = [row for row in late.itertuples() if int(row.rank) in work and work[int(row.rank)] > others > 0]
+    if not rows:
+        return []
+    ranks = [int(row.rank) for row in rows]
+    factor = {r: others / work[r] for r in ranks}
+    worst = ranks[0]
+    evidence = []
+    for row in rows:
+        r = int(row.rank)
+        evidence += [_ev("straggler_attribution", f"rank {r} arrived last at {int(row.late_count)} of "
+                         f"{int(row.collectives)} collectives ({100 * row.late_share:.0f}%), {_ms(row.avg_delay_ns)} "
+                         f"late on average, causing {_ms(row.caused_wait_ns)} of the others' waiting"),
+                     _ev("exposed_comm", f"rank {r} works {_ms(work[r])} per step outside collectives, the "
+                         f"on-time ranks' median {_ms(others)} ({_ms(work[r] - others)} more)")]
+    who = f"rank {worst}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in sorted(ranks))
+    first = rows[0]
+    title = (f"rank {worst} is late at {int(first.late_count)} of {int(first.collectives)} collectives; the others "
+             "wait for it" if len(ranks) == 1 else f"{who} are late at collectives; the others wait for them")
+    return [Candidate(
+        kind="straggler", rank=worst if len(ranks) == 1 else None, title=title, evidence=evidence,
+        fix=f"find what {who} do{'es' if len(ranks) == 1 else ''} that the others do not (data loading, a slower "
+            "host or GPU, extra work, late launches) and remove it",
+        scenario={"compute": {"rank_slowdown": {str(r): round(factor[r], 4) for r in sorted(ranks)}}},
+        confidence="high",
+        assumptions=f"{who}'s work (compute and the gaps between it) scaled to the on-time ranks' median ("
+                    + ", ".join(f"rank {r} x{factor[r]:.3f}" for r in sorted(ranks))
+                    + "); communication and the other ranks unchanged",
+        share_pct=100.0 * (work[worst] - others) / max(per[worst]["step_ns"], 1.0))]
+
+
+def exposed_communication(run, ctx) -> list[Candidate]:
+    _, per = ctx["per_rank"]
+    if not per:
+        return []
+    r, v = max(per.items(), key=lambda kv: kv[1]["exposed_ns"])
+    share = 100.0 * v["exposed_ns"] / max(v["step_ns"], 1.0)
+    if share < MIN_SHARE_PCT:
+        return []
+    co = run.analyze("collectives")
+    sized = int(co["bytes"].notna().sum()) if len(co) else 0
+    if not sized:  # the links model keeps every unsized collective's measured transfer: nothing to predict
+        scenario, confidence = None, "medium"
+        assumes = (f"not predicted: none of the {len(co)} collective rows carries a byte count (collectives), so "
+                   "no link model can re-time them")
+    else:
+        scenario, confidence = {"network": {"model": "links", "bandwidth_scale": 2.0}}, "high"
+        assumes = ("every link twice as fast, shared by the concurrent collectives as the links model fits them on "
+                   "this run (docs/whatif.md's validation); compute unchanged"
+                   + (f"; {len(co) - sized} of {len(co)} collective rows carry no byte count and keep their "
+                      "measured transfer" if sized < len(co) else ""))
+    return [Candidate(
+        kind="exposed_communication", rank=None,
+        title=f"{share:.0f}% of the step is communication nothing else overlaps",
+        evidence=[_ev("exposed_comm", f"rank {r}: {_ms(v['exposed_ns'])} of exposed communication per step "
+                      f"({share:.1f}% of its {_ms(v['step_ns'])} step, median over {v['steps']} step(s)), of "
+                      f"{_ms(v['comm_ns'])} in collectives")],
+        fix="faster links (the scenario: twice the bandwidth), fewer or larger collectives (DDP bucket_cap_mb), "
+            "or more overlap with compute (start gradient all-reduces earlier, FSDP prefetch)",
+        scenario=scenario, confidence=confidence, assumptions=assumes, share_pct=share)]
+
+
+def host_bound(run, ctx) -> list[Candidate]:
+    it = run.analyze("idle_time_breakdown")
+    if it.empty:
+        return []
+    _, per = ctx["per_rank"]
+    # each rank's compute stream (the one with the most ops; a communication stream's gaps wait for the
+    # collectives' launches, which is the collectives' story)
+    main = it.sort_values(["rank", "op_count"], ascending=[True, False]).drop_duplicates("rank")
+    by_rank = main.set_index("rank").host_wait_ns
+    r = int(by_rank.idxmax())
+    steps = max(per.get(r, {}).get("steps", 1), 1)
+    step_ns = per.get(r, {}).get("step_ns") or 0
+    wait = float(by_rank.max()) / steps
+    share = 100.0 * wait / step_ns if step_ns else 0.0
+    if share < MIN_SHARE_PCT:
+        return []
+    return [Candidate(
+        kind="host_bound", rank=r,
+        title=f"rank {r}'s GPU waits {share:.0f}% of the step for the host to launch work",
+        evidence=[_ev("idle_time_breakdown", f"rank {r}, stream {int(main.set_index('rank').stream[r])}: {_ms(wait)} "
+                      f"per step of GPU idle time whose next op was "
+                      f"launched only after the previous one ended (host wait), {share:.1f}% of its step")],
+        fix="less host work per launch: CUDA graphs, torch.compile, fused optimizers, fewer small ops; or a faster host",
+        scenario={"compute": {"cpu_scale": 2.0}},
+        confidence="medium",
+        assumptions="every CPU op and runtime call twice as fast (a faster host, or half the launch overhead); "
+                    "GPU work unchanged",
+        share_pct=share)]
+
+
+def data_loading(run, ctx) -> list[Candidate]:
+    ev = run.sql(f"""SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events
+                     WHERE cat IN ('cpu_op', 'user_annotation') AND dur_ns > 0
+                       AND regexp_matches(name, '{DATA_LOADING}') ORDER BY rank, ts_ns""")
+    rows = []
+    for r, x in ev.groupby("rank"):  # the union of the matching spans: an annotation and the ops inside it once
+        s, e = x.ts_ns.to_numpy(np.int64), x.end_ns.to_numpy(np.int64)
+        run_end = np.maximum.accumulate(e)
+        heads = np.flatnonzero(np.r_[True, s[1:] > run_end[:-1]])
+        rows.append({"rank": int(r), "ns": int((np.maximum.reduceat(e, heads) - s[heads]).sum()), "n": len(heads)})
+    _, per = ctx["per_rank"]
+    out = []
+    for row in sorted(rows, key=lambda d: -d["ns"])[:1]:
+        row = type("Row", (), row)
+        r = int(row.rank)
+        v = per.get(r)
+        if not v:
+            continue
+        ns = float(row.ns) / max(v["steps"], 1)
+        share = 100.0 * ns / max(v["step_ns"], 1.0)
+        if share < MIN_SHARE_PCT:
+            continue
+        out.append(Candidate(
+            kind="data_loading", rank=r,
+            title=f"rank {r} spends {share:.0f}% of the step loading data",
+            evidence=[_ev("events", f"rank {r}: {_ms(ns)} per step in data loading ({int(row.n)} spans), "
+                          f"{share:.1f}% of its {_ms(v['step_ns'])} step")],
+            fix="DataLoader workers (num_workers), pin_memory and prefetching, so batches are ready before the step asks",
+            scenario=None, confidence="medium",
+            assumptions="not predicted: the replay has no model of a CPU op made faster by name",
+            share_pct=share))
+    return out
+
+
+def sync_stalls(run, ctx) -> list[Candidate]:
+    names = ", ".join(f"'{n}'" for n in SYNC_NAMES)
+    df = run.sql(f"""SELECT rank, name, sum(dur_ns) AS ns, count(*) AS n
+                     FROM (SELECT rank, name, dur_ns FROM runtime UNION ALL SELECT rank, name, dur_ns FROM cpu_ops)
+                     WHERE name IN ({names}) GROUP BY rank, name""")
+    if df.empty:
+        return []
+    _, per = ctx["per_rank"]
+    tot = df.groupby("rank").ns.sum()
+    r = int(tot.idxmax())
+    v = per.get(r)
+    if not v:
+        return []
+    ns = float(tot.max()) / max(v["steps"], 1)
+    share = 100.0 * ns / max(v["step_ns"], 1.0)
+    if share < MIN_SHARE_PCT:
+        return []
+    parts = df[df["rank"] == r].sort_values("ns", ascending=False)
+    return [Candidate(
+        kind="sync_stalls", rank=r, title=f"rank {r} blocks {share:.0f}% of the step in synchronising calls",
+        evidence=[_ev("runtime", f"rank {r}: " + ", ".join(f"{p.name} {int(p.n)}x {_ms(p.ns)}" for p in parts.itertuples())
+                      + f"; {_ms(ns)} per step, {share:.1f}% of its step")],
+        fix="remove host-device syncs from the step: .item() / .cpu() / printing losses every step, "
+            "torch.cuda.synchronize() outside profiling",
+        scenario=None, confidence="medium",
+        assumptions="not predicted: the time after a sync is the GPU's, and removing the sync changes what the "
+                    "host may launch ahead, which the trace does not show", share_pct=share)]
+
+
+def small_kernels(run, ctx) -> list[Candidate]:
+    df = run.sql(f"""SELECT rank, count(*) AS n, sum(dur_ns) AS ns,
+                            count(*) FILTER (WHERE dur_ns < {SMALL_KERNEL_NS}) AS small_n,
+                            sum(dur_ns) FILTER (WHERE dur_ns < {SMALL_KERNEL_NS}) AS small_ns
+                     FROM kernels GROUP BY rank""")
+    if df.empty:
+        return []
+    _, per = ctx["per_rank"]
+    df["small_pct"] = 100.0 * df.small_n / df.n
+    row = df.sort_values("small_n", ascending=False).iloc[0]
+    r = int(row["rank"])
+    v = per.get(r)
+    if not v or row.small_pct < 50.0:
+        return []
+    n_step = float(row.small_n) / max(v["steps"], 1)
+    return [Candidate(
+        kind="small_kernels", rank=r, title=f"{row.small_pct:.0f}% of rank {r}'s kernels run under 10 us",
+        evidence=[_ev("kernels", f"rank {r}: {int(row.small_n)} of {int(row.n)} kernels shorter than 10 us "
+                      f"({n_step:.0f} per step, {_ms(row.small_ns or 0)} of {_ms(row.ns)} kernel time)")],
+        fix="fuse them (torch.compile, fused optimizers and norms) so their launches and memory round trips go",
+        scenario=None, confidence="low",
+        assumptions="not predicted: what a fused kernel costs needs each op's bytes moved", share_pct=row.small_pct)]
+
+
+def memory_headroom(run, ctx) -> list[Candidate]:
+    mp = run.analyze("memory_peak")
+    if mp.empty:
+        return []
+    dev = run.sql("SELECT rank, device_properties_json FROM ranks")
+    total = {}
+    for r, js in zip(dev["rank"], dev.device_properties_json):
+        try:
+            props = json.loads(js or "[]")
+        except ValueError:
+            props = []
+        for p in props:
+            if isinstance(p, dict) and p.get("totalGlobalMem"):
+                total[(int(r), int(p.get("id", 0)))] = float(p["totalGlobalMem"])
+    mp = mp[mp.device_type == 1]
+    out = []
+    for row in mp.sort_values("peak_allocated_bytes", ascending=False).head(1).itertuples():
+        cap = total.get((int(row.rank), int(row.device_id)))
+        if not cap:
+            continue
+        used = 100.0 * float(row.peak_reserved_bytes or row.peak_allocated_bytes) / cap
+        if used >= MEMORY_HEADROOM_PCT:
+            continue
+        out.append(Candidate(
+            kind="memory_headroom", rank=int(row.rank),
+            title=f"rank {int(row.rank)} uses {used:.0f}% of its GPU's memory at peak",
+            evidence=[_ev("memory_peak", f"rank {int(row.rank)} device {int(row.device_id)}: peak allocated "
+                          f"{row.peak_allocated_bytes / 2**30:.2f} GiB, reserved {row.peak_reserved_bytes / 2**30:.2f} GiB "
+                          f"of {cap / 2**30:.1f} GiB")],
+            fix="a larger micro-batch (fewer steps for the same samples) or less activation checkpointing",
+            scenario=None, confidence="low",
+            assumptions="a statement, not a prediction: what a larger batch costs per step is not in the trace",
+            share_pct=0.0))
+    return out
+
+
+DETECTORS = (straggler, exposed_communication, host_bound, data_loading, sync_stalls, small_kernels,
+             memory_headroom)
