@@ -73,8 +73,11 @@ def shared_findings(tmp: str) -> list[str]:
         t = time.perf_counter()
         fs = doctor(run)
         dt = time.perf_counter() - t
-        out += [f"### {name} (doctor {dt:.1f} s)", "",
-                "| kind | rank | title | predicted saving | evidence |", "| --- | ---: | --- | ---: | --- |"]
+        out += [f"### {name} (doctor {dt:.1f} s)", ""]
+        if not fs:
+            out += ["No findings: nothing the analyses show reaches 5% of a step.", ""]
+            continue
+        out += ["| kind | rank | title | predicted saving | evidence |", "| --- | ---: | --- | ---: | --- |"]
         for f in fs:
             saving = "not predicted" if f["saving_pct"] is None else f"{f['saving_pct']:.1f}%"
             ev = "; ".join(f"{e['analysis']}: {e['figure']}" for e in f["evidence"])

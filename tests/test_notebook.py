@@ -32,3 +32,5 @@ def test_quickstart_notebook_runs():
     assert tables, "straggler_attribution table missing"
     whatif = [o for o in outputs if "text/html" in o.get("data", {}) and "links 4x faster" in o["data"]["text/html"]]
     assert whatif and "predicted_step_ns" in whatif[0]["data"]["text/html"], "what-if table missing"
+    doctor = [o for o in outputs if "text/html" in o.get("data", {}) and "saving_pct" in o["data"]["text/html"]]
+    assert doctor and "straggler" in doctor[0]["data"]["text/html"], "doctor's findings missing"

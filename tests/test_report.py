@@ -267,3 +267,17 @@ def test_run_plot_returns_figures(tmp_path):
         # ddp3_slow_rank1: rank 1 is the slow one, so it causes the most waiting (last bar = top).
         assert fig.data[0].y[-1] == "rank 1"
         assert plots.is_no_data(run.plot.top_kernels())  # gloo: no GPU kernels
+
+
+def test_report_opens_with_doctors_findings(tmp_path):
+    # the Findings section comes before every panel and holds doctor's findings, most saving first
+    from tracekit.advice import doctor
+    from tracekit.report.html import render_html
+
+    with tracekit.open(str(REPO / "sample_traces" / "ddp3_slow_rank1"), store=str(tmp_path / "st")) as run:
+        page = render_html(run)
+        kinds = [f["kind"] for f in doctor(run)]
+    assert page.index('<section id="findings">') < page.index("data-panel=")
+    section = page[page.index('<section id="findings">'):page.index("</section>", page.index('<section id="findings">'))]
+    assert [k for k in kinds] == [part.split('"')[0] for part in section.split('data-kind="')[1:]]
+    assert kinds[0] == "straggler" and "not predicted" in section

@@ -43,14 +43,21 @@ def _ms(ns) -> str:
 
 
 def _per_rank_step(run):
-    """Per rank: median step time and median communication time per step (exposed_comm's figures)."""
+    """Per rank: median step time and median communication time per step (exposed_comm's figures); a
+    rank without steps or collectives there: its ProfilerStep median, else its whole span as one step."""
     ec = run.analyze("exposed_comm")
-    if ec.empty:
-        return ec, {}
-    g = ec.groupby("rank")
-    return ec, {int(r): {"step_ns": float(np.median(x.step_ns)), "comm_ns": float(np.median(x.comm_ns)),
-                         "exposed_ns": float(np.median(x.exposed_comm_ns)), "steps": len(x)}
-                for r, x in g}
+    per = {}
+    if not ec.empty:
+        per = {int(r): {"step_ns": float(np.median(x.step_ns)), "comm_ns": float(np.median(x.comm_ns)),
+                        "exposed_ns": float(np.median(x.exposed_comm_ns)), "steps": len(x)}
+               for r, x in ec.groupby("rank")}
+    st = run.sql("""SELECT r.rank, coalesce(median(s.dur_ns), any_value(r.last_end_ns - r.first_ts_ns)) AS step_ns,
+                           greatest(count(s.dur_ns), 1) AS steps
+                    FROM ranks r LEFT JOIN steps s ON s.rank = r.rank AND NOT s.is_last GROUP BY r.rank""")
+    for r, step_ns, n in zip(st["rank"], st.step_ns, st.steps):
+        if int(r) not in per and step_ns is not None and step_ns > 0:
+            per[int(r)] = {"step_ns": float(step_ns), "comm_ns": 0.0, "exposed_ns": 0.0, "steps": int(n)}
+    return ec, per
 
 
 def straggler(run, ctx) -> list[Candidate]:

@@ -25,6 +25,9 @@ section { border-top: 1px solid #ddd; padding: 1em 0; }
 .meta td { padding: 0 1em 0 0; } .meta td:first-child { color: #666; }
 .source { color: #666; font-size: .85em; margin: 0 0 .5em 0; }
 nav a { margin-right: 1em; }
+table.findings { border-collapse: collapse; font-size: .9em; }
+table.findings td, table.findings th { border-bottom: 1px solid #eee; padding: .3em .6em; text-align: left;
+  vertical-align: top; }
 """
 
 
@@ -55,6 +58,29 @@ def whatif_figure(run, scenarios) -> tuple[str, object, str]:
     return "predicted_vs_measured", plots.predicted_vs_measured(df), WHATIF_SOURCE
 
 
+def findings_html(run) -> str:
+    """The Findings section: doctor's findings (tracekit/advice), most predicted saving first."""
+    from ..advice import doctor
+
+    esc = html.escape
+    try:
+        found = doctor(run)
+    except TracekitError as e:
+        return f'<section id="findings"><h2>Findings</h2><p>no findings: {esc(str(e))}</p></section>'
+    rows = []
+    for f in found:
+        saving = "not predicted" if f["saving_pct"] is None else f"{f['saving_ns'] / 1e6:.1f} ms ({f['saving_pct']:.1f}%)"
+        evidence = "<br>".join(f"{esc(e['analysis'])}: {esc(e['figure'])}" for e in f["evidence"])
+        rows.append(f'<tr data-kind="{esc(f["kind"])}"><td>{esc(f["kind"])}</td>'
+                    f'<td>{"" if f["rank"] is None else f["rank"]}</td><td>{esc(f["title"])}</td><td>{esc(saving)}</td>'
+                    f'<td>{esc(f["fix"])}</td><td class="source">{evidence}</td></tr>')
+    body = ('<table class="findings"><tr><th>kind</th><th>rank</th><th>finding</th><th>predicted saving</th>'
+            '<th>fix</th><th>evidence</th></tr>' + "".join(rows) + "</table>") if rows else \
+        "<p>no findings: nothing the analyses show slows this job by 5% of a step or more</p>"
+    return (f'<section id="findings"><h2>Findings</h2><p class="source">from tracekit doctor: the analyses\' '
+            f'evidence, the replay\'s predicted saving</p>{body}</section>')
+
+
 def render_html(run, *, title: str | None = None, scenarios=()) -> str:
     """The whole report page as a string (with a predicted-vs-measured panel when scenarios are given)."""
     require_plotly()
@@ -77,6 +103,7 @@ def render_html(run, *, title: str | None = None, scenarios=()) -> str:
     parts.append("</table><nav>")
     parts += [f'<a href="#panel-{esc(n)}">{esc(n.replace("_", " "))}</a>' for n, _, _ in figures]
     parts.append("</nav>")
+    parts.append(findings_html(run))
     for i, (name, fig, source) in enumerate(figures):
         # The first figure carries the whole plotly.js bundle inline; the rest reuse it.
         div = pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), include_mathjax=False,
