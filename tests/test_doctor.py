@@ -96,3 +96,44 @@ def test_scenario_toml_reads_back():
     doc = {"compute": {"rank_slowdown": {"1": 0.35, "6": 0.5}, "cpu_scale": 2.0},
            "network": {"model": "links", "bandwidth_scale": 2.0}}
     assert tomllib.loads(dumps(doc, comment='a "quoted" title')) == doc
+
+
+def _gpu_trace(path, steps=3, gemm_us=5000.0):
+    """A tiny one-rank A100 trace: per step a 4096^3 fp16 GEMM (137 GFLOP) whose kernel takes gemm_us."""
+    ev, t = [], 0.0
+    for s in range(1, steps + 1):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t,
+                   "dur": gemm_us + 2000.0})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 100, "dur": 50.0,
+                   "args": {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["c10::Half", "c10::Half"],
+                            "External id": s}})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 110,
+                   "dur": 20.0, "args": {"correlation": s, "External id": s}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "sm80_xmma_gemm_f16f16_f16f32", "pid": 0, "tid": 7,
+                   "ts": t + 200, "dur": gemm_us, "args": {"correlation": s, "device": 0, "stream": 7, "External id": s}})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1,
+                   "ts": t + 140, "dur": gemm_us + 100, "args": {"correlation": 100 + s}})
+        t += gemm_us + 2000.0
+    # Kineto writes the metadata before the events
+    doc = {"distributedInfo": {"rank": 0, "world_size": 1},
+           "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85174583296}],
+           "traceEvents": ev}
+    path.mkdir()
+    (path / "rank0.trace.json").write_text(json.dumps(doc))
+    return path
+
+
+def test_gemms_far_below_their_roofline_are_low_mfu_with_a_predicted_saving(tmp_path):
+    d = _gpu_trace(tmp_path / "t")
+    res = CliRunner().invoke(cli, ["doctor", str(d), "--store", str(tmp_path / "st"), "--format", "json",
+                                   "--out", str(tmp_path / "fixes")])
+    assert res.exit_code == 0, res.output
+    f = {x["kind"]: x for x in json.loads(res.stdout)}["low_mfu"]
+    # 2 * 4096^3 FLOPs in 5 ms = 27.5 TFLOP/s of the A100's 312 fp16: 8.8% of a compute-bound roofline
+    assert f["rank"] == 0 and "8.8% of the attainable 312.0 TFLOP/s" in f["evidence"][0]["figure"]
+    sc = tomllib.loads(f["scenario"])["compute"]["speedup"][0]
+    assert sc["factor"] == pytest.approx(70 / (100 * 2 * 4096 ** 3 / 5e-3 / 312e12), rel=1e-3)
+    assert f["saving_ns"] > 0  # the GEMM kernels run x7.95 faster in the replay: the step waits less
+    res = CliRunner().invoke(cli, ["whatif", str(d), str(tmp_path / "fixes" / "low_mfu_rank0.toml"),
+                                   "--store", str(tmp_path / "st"), "--format", "json"])
+    assert json.loads(res.stdout)[0]["predicted_step_ns"] == f["predicted_step_ns"]

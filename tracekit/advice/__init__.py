@@ -21,7 +21,7 @@ from .toml import dumps as scenario_toml
 
 FIELDS = {
     "kind": "straggler | exposed_communication | host_bound | data_loading | sync_stalls | small_kernels | "
-            "memory_headroom",
+            "memory_headroom | low_mfu",
     "rank": "the rank it is about; null when job-wide",
     "title": "one line",
     "evidence": "list of {analysis, figure}: the analyses' figures that show it",

@@ -7,14 +7,18 @@ below decide only whether a finding is worth stating; the saving is always the r
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 # a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
 MIN_SHARE_PCT = 5.0
 SMALL_KERNEL_NS = 10_000  # a kernel shorter than this is launch-bound on every current GPU
-MEMORY_HEADROOM_PCT = 50.0  # peak below this share of the device's memory leaves room for a larger batch
+MEMORY_HEADROOM_PCT = 50.0
+ROOFLINE_TARGET_PCT = 70.0  # low_mfu: the share of their roofline bound GEMMs / attention are brought to
+LOW_MFU_PCT = 50.0  # ... when below this share  # peak below this share of the device's memory leaves room for a larger batch
 SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
               "aten::item", "aten::_local_scalar_dense")
 DATA_LOADING = r"(?i)(data_?loading|dataloader|_next_data|enumerate\(DataLoader\))"
@@ -289,5 +293,62 @@ def memory_headroom(run, ctx) -> list[Candidate]:
     return out
 
 
+def low_mfu(run, ctx) -> list[Candidate]:
+    try:
+        rf = run.analyze("roofline")
+        mfu = run.analyze("mfu")
+    except Exception:  # noqa: BLE001 -- an analysis that cannot run on this trace gives no finding
+        return []
+    rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
+    _, per = ctx["per_rank"]
+    best = None
+    for row in rf.itertuples():
+        v = per.get(int(row.rank))
+        if not v or row.share_pct >= LOW_MFU_PCT:
+            continue
+        steps = max(v["steps"], 1)
+        share_step = 100.0 * row.kernel_ns / steps / max(v["step_ns"], 1.0)
+        if share_step >= MIN_SHARE_PCT and (best is None or row.kernel_ns > best[0].kernel_ns):
+            best = (row, share_step)
+    if best is None:
+        return []
+    row, share_step = best
+    r = int(row.rank)
+    from analyses.flops import op_table  # the analyses layer, below this one
+
+    ops = op_table(run)
+    ids = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()].event_id.tolist()
+    run.con.register("_low_mfu_ops", pd.DataFrame({"event_id": ids}))
+    try:
+        names = run.sql(f"""SELECT DISTINCT k.name FROM cpu_ops o JOIN _low_mfu_ops i USING (event_id)
+                            JOIN runtime rt ON rt.rank = o.rank AND rt.tid = o.tid AND rt.ts_ns >= o.ts_ns
+                                 AND rt.ts_ns < o.ts_ns + o.dur_ns
+                            JOIN kernels k ON k.rank = rt.rank AND k.correlation = rt.correlation
+                            WHERE o.rank = {r} ORDER BY k.name""").name.tolist()
+    finally:
+        run.con.unregister("_low_mfu_ops")
+    if not names:
+        return []
+    factor = round(ROOFLINE_TARGET_PCT / row.share_pct, 4)
+    m = mfu[mfu["rank"] == r]
+    mfu_txt = (f"; mfu: rank {r} at {m.mfu_pct.iloc[0]:.1f}% MFU ({m.dtype.iloc[0]} peak {m.peak_tflops.iloc[0]:g} "
+               f"TFLOP/s on {m.device.iloc[0]})") if len(m) and m.mfu_pct.notna().iloc[0] else ""
+    return [Candidate(
+        kind="low_mfu", rank=r,
+        title=f"rank {r}'s {row.op_class} kernels reach {row.share_pct:.0f}% of their {row.bound}-bound roofline",
+        evidence=[_ev("roofline", f"rank {r} {row.op_class}: {row.achieved_tflops:.1f} TFLOP/s and "
+                      f"{row.achieved_gbps:.0f} GB/s at {row.intensity_flop_per_byte:.1f} FLOP/byte, {row.bound}-bound, "
+                      f"{row.share_pct:.1f}% of the attainable {row.attainable_tflops:.1f} TFLOP/s; their kernels "
+                      f"take {share_step:.1f}% of the step" + mfu_txt)],
+        fix=f"better {row.op_class} kernels for these shapes: larger or padded dimensions (multiples of 64/128), "
+            "a fused attention kernel, cuBLASLt / hipBLASLt tuning, bf16 instead of fp32",
+        scenario={"compute": {"speedup": [{"name": "^(" + "|".join(re.escape(n) for n in names) + ")$",
+                                           "factor": factor}]}},
+        confidence="low",
+        assumptions=f"the {len(names)} kernel name(s) these ops launched reach {ROOFLINE_TARGET_PCT:.0f}% of their "
+                    f"roofline bound (x{factor:.2f} faster); everything else unchanged",
+        share_pct=share_step)]
+
+
 DETECTORS = (straggler, exposed_communication, host_bound, data_loading, sync_stalls, small_kernels,
-             memory_headroom)
+             memory_headroom, low_mfu)
