@@ -69,6 +69,29 @@ dt = time.perf_counter() - t
 print(json.dumps({"s": dt, "gunzip_s": gunzip, "decode_s": dt - gunzip, "bytes": size}))
 """
 
+_DECODERS = """
+import glob, json, os, sys, time, zlib
+import msgspec
+raw = b"".join(zlib.decompress(open(f, "rb").read(), 31) if open(f, "rb").read(2) == b"\\x1f\\x8b" else open(f, "rb").read()
+               for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json*"))))
+def best(fn):
+    t = []
+    for _ in range(3):
+        t0 = time.perf_counter(); fn(); t.append(time.perf_counter() - t0)
+    return min(t)
+out = {"json": best(lambda: json.loads(raw))}
+try:
+    import orjson
+    out["orjson"] = best(lambda: orjson.loads(raw))
+except ImportError:
+    pass
+out["msgspec"] = best(lambda: msgspec.json.decode(raw))
+class _Top(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] = []
+out["msgspec split into raw events"] = best(lambda: msgspec.json.decode(raw, type=_Top))
+print(json.dumps(out))
+"""
+
 _HTA = """
 import json, logging, os, sys, time, io, contextlib
 logging.disable(logging.CRITICAL)
@@ -147,6 +170,7 @@ def bench_one(trace_dir: str, repeat: int, hta: bool) -> dict:
                 hta_in.append(run_snippet(_HTA, trace_dir))
                 hta_whole.append({"s": _wall([sys.executable, "-c", _HTA_WHOLE, trace_dir])})
         opens = [run_snippet(_OPEN, store) for _ in range(max(repeat, 5))]
+        res["decoders"] = run_snippet(_DECODERS, trace_dir)
         res.update(mb=dec[0]["bytes"] / 1e6, ingest_s=med(ing), ingest_cpu_s=med(ing, "cpu_s"),
                    rss_mb=max(r["rss_mb"] for r in ing), decode_s=med(dec), gunzip_s=med(dec, "gunzip_s"),
                    whole_s=med(whole), open_s=med(opens), open_imports_s=med(opens, "with_imports_s"))
@@ -197,6 +221,8 @@ def main() -> int:
               "uncompressed size (target <= 3x)")
         print(f"  open + connect on the store      {r['open_s']:.3f} s ({r['open_imports_s']:.3f} s with imports; "
               "target <= 0.1 s)")
+        print("  decoders on the same JSON (gunzipped, best of 3): " +
+              ", ".join(f"{k} {v:.3f} s" for k, v in r["decoders"].items()))
     print(f"tracekit --version {st['--version']:.3f} s, --help {st['--help']:.3f} s (target <= 0.15 s; "
           f"a bare `python -c pass` {st['python']:.3f} s)")
 
@@ -220,6 +246,9 @@ def main() -> int:
             f"{r['hta_whole_s'] / r['whole_s']:.2f}x" if hta else na,
             f"{r['rss_mb']:.0f} MB = {r['rss_mb'] / r['mb']:.2f}x",
             f"{r['open_s']:.3f} s ({r['open_imports_s']:.3f} s with imports)"]) + " |")
+    for r in rows:
+        lines += ["", f"JSON decoders on {r['trace'].split('traces/')[-1]} (gunzipped, best of 3, to Python objects): " +
+                  ", ".join(f"`{k}` {v:.3f} s" for k, v in r["decoders"].items()) + "."]
     table = "\n".join(lines)
     print()
     print(table)
