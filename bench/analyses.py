@@ -49,9 +49,11 @@ def bench_tracekit(trace: Path, store: str, repeat: int) -> dict:
 
     tracekit.open(trace, store=store)  # ingest (not timed: the store is the point)
     t0 = time.perf_counter()
-    run = tracekit.open(trace, store=store)
+    run = tracekit.open(trace, store=store)  # the up-to-date check of the trace directory, then the store
+    opened = time.perf_counter() - t0
     rank = run.ranks[0]
-    setup = {"open + connect": _time(lambda: run.sql("SELECT 1")), "prepare (rules, classified ops)": _time(lambda: prepare(run))}
+    setup = {"open (up-to-date check)": opened, "connect": _time(lambda: run.sql("SELECT 1")),
+             "prepare (rules, classified ops)": _time(lambda: prepare(run))}
     first, median = {}, {}
     for name, a in REGISTRY.items():
         call = (lambda a=a: a.func(run, other=run)) if a.needs_other_run else (lambda a=a: a.func(run))
@@ -119,6 +121,12 @@ def main(argv=None) -> int:
     print(f"HTA load + {len(done)} analyses: {hta_total:.3f} s; tracekit same analyses incl. connect: {ours:.3f} s "
           f"-> {hta_total / ours:.1f}x; tracekit all {len(tk['first'])} analyses: {ours_all:.3f} s "
           f"-> {hta_total / ours_all:.1f}x")
+    # one question on its own: HTA loads the trace and answers it; tracekit opens the store and answers it
+    setup = sum(tk["setup"].values())
+    ratios = {k: (hta["load"] + hta[k]) / (setup + tk["first"][k]) for k in done}
+    print(f"one analysis alone (HTA load + it) / (tracekit open + connect + prepare + it), target >= 25x: " +
+          ", ".join(f"{k} {v:.1f}x" for k, v in ratios.items()) +
+          f"; lowest {min(ratios.values()):.1f}x, median {statistics.median(ratios.values()):.1f}x")
     return 0
 
 

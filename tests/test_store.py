@@ -203,3 +203,28 @@ def test_queries_cannot_overwrite_the_store(tiny_dir, tmp_path):
     assert open(victim, "rb").read() == before
     assert not (tmp_path / "export").exists()
     assert len(run.sql("SELECT * FROM steps")) == 4  # reading still works
+
+
+def test_views_over_stand_ins_match_views_over_the_files(tiny_dir, tmp_path):
+    """connect creates the public views over empty stand-ins, then the Parquet views: every view must
+    have the columns, types and rows it has when created over the Parquet views directly."""
+    import duckdb
+
+    from tracekit.store import _VIEWS_SQL, create_table_view, devices
+    from tracekit.store.schema import TABLES
+
+    ingest(str(tiny_dir), str(tmp_path / "s"))
+    store = Store(str(tmp_path / "s"))
+    new = store.connect()
+    old = duckdb.connect()
+    for table in TABLES:
+        create_table_view(old, f"_{table}", store.files(table), TABLES[table])
+    for stmt in devices.macros_sql():
+        old.execute(stmt)
+    old.execute(_VIEWS_SQL)
+    views = [r[0] for r in old.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()]
+    assert {"events", "kernels", "gpu_ops", "steps", "ranks", "memory"} <= set(views)
+    for v in views:
+        assert new.execute(f"DESCRIBE {v}").fetchall() == old.execute(f"DESCRIBE {v}").fetchall(), v
+        q = f"SELECT * FROM {v} ORDER BY ALL"
+        assert new.execute(q).fetchall() == old.execute(q).fetchall(), v

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import click
-import pandas as pd
 
 from ..errors import TracekitError
 from ._common import emit, fail_cleanly, format_option
@@ -54,6 +53,8 @@ def gate_cmd(baseline, candidate, config_path, baseline_store, candidate_store, 
     elif fmt == "csv":  # raw numbers, one column per field of the result (the unit in its own column)
         emit(result.table(), fmt)
     else:
+        import pandas as pd
+
         emit(pd.DataFrame(render.summary_rows(result)), fmt)
         click.echo(f"\ngate: {render.verdict(result)} ({len(result.failed)} of {len(result.metrics)} metrics failed)")
     for path, option, text in ((markdown_path, "--markdown", lambda: render.markdown(result, baseline, candidate)),

@@ -119,17 +119,38 @@ class Store:
             con.execute("SET enable_progress_bar = false")
         except duckdb.Error:
             pass
-        for table in TABLES:
-            create_table_view(con, f"_{table}", self.files(table), TABLES[table])
+        files = {table: self.files(table) for table in TABLES}
+        # The public views are created over empty stand-ins of the tables (same columns, same order) and the
+        # stand-ins then replaced by the Parquet views: DuckDB binds a view when it is created, and binding a
+        # view over a list of files parses every path (hive partitioning), once per view that reaches it
+        # (the events view reaches four tables, kernels the same four again, ...). Queries bind the views anew,
+        # so they see the Parquet files; at 1,024 ranks this took connect from 0.61 s to 0.15 s.
+        for table, columns in TABLES.items():
+            if files[table]:
+                con.execute(_stand_in(f"_{table}", columns))
+            else:
+                create_table_view(con, f"_{table}", [], columns)
         for stmt in devices.macros_sql():
             con.execute(stmt)
         con.execute(_VIEWS_SQL)
+        for table, columns in TABLES.items():
+            if files[table]:
+                create_table_view(con, f"_{table}", files[table], columns)
         if not allow_external_access:
-            files = [f for table in TABLES for f in self.files(table)]
-            con.execute("SET allowed_paths = " + literal_list(files))
+            # the directories of the tables that have files (DuckDB resolves "..", and every file there
+            # is this store's data): a list of every file cost ~12 us a path (88 ms at 1,024 ranks)
+            dirs = [os.path.join(self.path, table) + os.sep for table in TABLES if files[table]]
+            con.execute("SET allowed_directories = " + literal_list(dirs))
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
         return con
+
+
+def _stand_in(name: str, columns) -> str:
+    """An empty view with the columns that create_table_view gives a table with files (rank last, as
+    hive partitioning appends it)."""
+    cols = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t, _ in columns)
+    return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols}, CAST(NULL AS BIGINT) AS rank WHERE false"
 
 
 def create_table_view(con, name: str, files: list[str], columns) -> None:
