@@ -3,6 +3,7 @@ device, matched from the traces' deviceProperties names; a user's file of the sa
 devices (--catalog FILE or TRACEKIT_DEVICE_CATALOG). An unknown device has null peaks, never a guess."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -81,3 +82,16 @@ def match(device_name: str | None, devices: list[Device]) -> Device | None:
         if re.search(d.match, device_name, re.IGNORECASE):
             return d
     return None
+
+
+def device_properties(run) -> dict[int, list[dict]]:
+    """rank -> the trace's deviceProperties entries ([] where the trace has none or they do not parse)."""
+    out = {}
+    props = run.sql("SELECT rank, device_properties_json FROM ranks")
+    for r, js in zip(props["rank"], props.device_properties_json):
+        try:
+            p = json.loads(js or "[]")
+        except ValueError:
+            p = []
+        out[int(r)] = [x for x in p if isinstance(x, dict)] if isinstance(p, list) else []
+    return out

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ._sql import with_note
-from .devices import catalog, match
+from .devices import catalog, device_properties, match
 
 ELEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
               "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
@@ -202,7 +202,7 @@ ELEMENTWISE = ("aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::mul"
                "aten::_foreach_sqrt", "aten::_foreach_div_")
 KNOWN = set(FORMULAS) | set(ELEMENTWISE)
 
-OP_COLUMNS = {"rank": "global rank", "event_id": "the op's event", "name": "operator", "op_class":
+OP_COLUMNS = {"rank": "global rank", "event_id": "the op's event", "pid": "process", "tid": "thread", "name": "operator", "op_class":
               "gemm | conv | attention | elementwise | other", "flops": "FLOPs (NULL: shapes not recorded)",
               "bytes": "bytes read and written (NULL: shapes not recorded)", "dtype": "fp32 | fp16 | bf16 | ...",
               "ts_ns": "op start", "dur_ns": "op duration", "kernel_ns": "GPU time of the kernels it launched (NULL: none)"}
@@ -323,7 +323,7 @@ def op_table(run) -> pd.DataFrame:
         else:
             nbytes.append(_tensor_bytes(dims, types) + _largest(dims, types))
         dtype.append(next((DTYPE_OF[x] for x in types or [] if x in DTYPE_OF), None))
-    out = df[["rank", "event_id", "name", "ts_ns", "dur_ns"]].copy()
+    out = df[["rank", "event_id", "pid", "tid", "name", "ts_ns", "dur_ns"]].copy()
     out["op_class"] = cls
     out["flops"] = pd.array(flops, dtype="Int64")
     out["bytes"] = pd.array(nbytes, dtype="Int64")
@@ -349,23 +349,27 @@ def _gemm_out(name, dims):
         return 0
 
 
-def _kernel_ns(run, ops: pd.DataFrame) -> pd.array:
-    """GPU time of the kernels each op launched: runtime launches on its thread inside it, by correlation."""
-    has = run.sql("SELECT count(*) AS n FROM kernels").n.iloc[0]
-    if not has:
-        return pd.array([None] * len(ops), dtype="Int64")
+def launched_kernels(run, ops: pd.DataFrame) -> pd.DataFrame:
+    """The kernels each op (rank, event_id, pid, tid, ts_ns, dur_ns) launched: runtime launches on its thread
+    inside it, joined to the kernels by correlation. Columns rank, event_id, name, dur_ns."""
+    if not len(ops) or not run.sql("SELECT count(*) AS n FROM kernels").n.iloc[0]:
+        return pd.DataFrame(columns=["rank", "event_id", "name", "dur_ns"])
     run.con.register("_flop_ops", ops[["rank", "event_id", "pid", "tid", "ts_ns", "dur_ns"]])
     try:
-        k = run.sql("""SELECT o.rank, o.event_id, sum(k.dur_ns) AS kernel_ns
-                       FROM _flop_ops o
-                       JOIN runtime r ON r.rank = o.rank AND r.pid = o.pid AND r.tid = o.tid
-                            AND r.ts_ns >= o.ts_ns AND r.ts_ns < o.ts_ns + o.dur_ns
-                       JOIN kernels k ON k.rank = r.rank AND k.correlation = r.correlation
-                       GROUP BY o.rank, o.event_id""")
+        return run.sql("""SELECT o.rank, o.event_id, k.name, k.dur_ns
+                          FROM _flop_ops o
+                          JOIN runtime r ON r.rank = o.rank AND r.pid = o.pid AND r.tid = o.tid
+                               AND r.ts_ns >= o.ts_ns AND r.ts_ns < o.ts_ns + o.dur_ns
+                          JOIN kernels k ON k.rank = r.rank AND k.correlation = r.correlation""")
     finally:
         run.con.unregister("_flop_ops")
-    m = ops[["rank", "event_id"]].merge(k, on=["rank", "event_id"], how="left")
-    return pd.array(m.kernel_ns.to_numpy(), dtype="Int64")
+
+
+def _kernel_ns(run, ops: pd.DataFrame) -> pd.array:
+    """GPU time of the kernels each op launched (NULL: none)."""
+    k = launched_kernels(run, ops).groupby(["rank", "event_id"], as_index=False).dur_ns.sum()
+    m = ops[["rank", "event_id"]].merge(k.rename(columns={"dur_ns": "kernel_ns"}), on=["rank", "event_id"], how="left")
+    return pd.array(m.kernel_ns.to_numpy(dtype="float64"), dtype="Float64").round().astype("Int64")
 
 
 def _note_unknown(ops: pd.DataFrame) -> str:
@@ -400,17 +404,12 @@ def flops_by_op(run, ranks=None):
 def _rank_devices(run, catalog_file=None) -> dict:
     """rank -> catalog Device (or None) and the deviceProperties name, from the device its kernels ran on."""
     devs = catalog(catalog_file)
-    props = run.sql("SELECT rank, device_properties_json FROM ranks")
     used = run.sql("SELECT rank, mode(device) AS device FROM kernels GROUP BY rank")
     used = dict(zip(used["rank"], used.device))
     out = {}
-    for r, js in zip(props["rank"], props.device_properties_json):
-        try:
-            p = json.loads(js or "[]")
-        except ValueError:
-            p = []
+    for r, p in device_properties(run).items():
         want = used.get(r)
-        entry = next((x for x in p if isinstance(x, dict) and x.get("id") == want), p[0] if p else None)
+        entry = next((x for x in p if x.get("id") == want), p[0] if p else None)
         name = entry.get("name") if isinstance(entry, dict) else None
         out[int(r)] = (match(name, devs), name)
     return out

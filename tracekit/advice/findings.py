@@ -6,7 +6,6 @@ below decide only whether a finding is worth stating; the saving is always the r
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
@@ -261,15 +260,12 @@ def memory_headroom(run, ctx) -> list[Candidate]:
     mp = run.analyze("memory_peak")
     if mp.empty:
         return []
-    dev = run.sql("SELECT rank, device_properties_json FROM ranks")
+    from analyses.devices import device_properties
+
     total = {}
-    for r, js in zip(dev["rank"], dev.device_properties_json):
-        try:
-            props = json.loads(js or "[]")
-        except ValueError:
-            props = []
+    for r, props in device_properties(run).items():
         for p in props:
-            if isinstance(p, dict) and p.get("totalGlobalMem"):
+            if p.get("totalGlobalMem"):
                 total[(int(r), int(p.get("id", 0)))] = float(p["totalGlobalMem"])
     mp = mp[mp.device_type == 1]
     out = []
@@ -314,19 +310,11 @@ def low_mfu(run, ctx) -> list[Candidate]:
         return []
     row, share_step = best
     r = int(row.rank)
-    from analyses.flops import op_table  # the analyses layer, below this one
+    from analyses.flops import launched_kernels, op_table  # the analyses layer, below this one
 
     ops = op_table(run)
-    ids = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()].event_id.tolist()
-    run.con.register("_low_mfu_ops", pd.DataFrame({"event_id": ids}))
-    try:
-        names = run.sql(f"""SELECT DISTINCT k.name FROM cpu_ops o JOIN _low_mfu_ops i USING (event_id)
-                            JOIN runtime rt ON rt.rank = o.rank AND rt.tid = o.tid AND rt.ts_ns >= o.ts_ns
-                                 AND rt.ts_ns < o.ts_ns + o.dur_ns
-                            JOIN kernels k ON k.rank = rt.rank AND k.correlation = rt.correlation
-                            WHERE o.rank = {r} ORDER BY k.name""").name.tolist()
-    finally:
-        run.con.unregister("_low_mfu_ops")
+    mine = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()]
+    names = sorted(set(launched_kernels(run, mine).name))
     if not names:
         return []
     factor = round(ROOFLINE_TARGET_PCT / row.share_pct, 4)
