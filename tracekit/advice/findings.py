@@ -290,11 +290,8 @@ def memory_headroom(run, ctx) -> list[Candidate]:
 
 
 def low_mfu(run, ctx) -> list[Candidate]:
-    try:
-        rf = run.analyze("roofline")
-        mfu = run.analyze("mfu")
-    except Exception:  # noqa: BLE001 -- an analysis that cannot run on this trace gives no finding
-        return []
+    rf = run.analyze("roofline")
+    mfu = run.analyze("mfu")
     rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
     _, per = ctx["per_rank"]
     best = None
