@@ -351,12 +351,13 @@ def _gemm_out(name, dims):
 
 def launched_kernels(run, ops: pd.DataFrame) -> pd.DataFrame:
     """The kernels each op (rank, event_id, pid, tid, ts_ns, dur_ns) launched: runtime launches on its thread
-    inside it, joined to the kernels by correlation. Columns rank, event_id, name, dur_ns."""
+    inside it, joined to the kernels by correlation. Columns rank, event_id (the op's), kernel_event_id, name,
+    dur_ns."""
     if not len(ops) or not run.sql("SELECT count(*) AS n FROM kernels").n.iloc[0]:
-        return pd.DataFrame(columns=["rank", "event_id", "name", "dur_ns"])
+        return pd.DataFrame(columns=["rank", "event_id", "kernel_event_id", "name", "dur_ns"])
     run.con.register("_flop_ops", ops[["rank", "event_id", "pid", "tid", "ts_ns", "dur_ns"]])
     try:
-        return run.sql("""SELECT o.rank, o.event_id, k.name, k.dur_ns
+        return run.sql("""SELECT o.rank, o.event_id, k.event_id AS kernel_event_id, k.name, k.dur_ns
                           FROM _flop_ops o
                           JOIN runtime r ON r.rank = o.rank AND r.pid = o.pid AND r.tid = o.tid
                                AND r.ts_ns >= o.ts_ns AND r.ts_ns < o.ts_ns + o.dur_ns
@@ -401,9 +402,10 @@ def flops_by_op(run, ranks=None):
     return with_note(out[list(FLOPS_BY_OP_COLUMNS)], _note_unknown(ops))
 
 
-def _rank_devices(run, catalog_file=None) -> dict:
-    """rank -> catalog Device (or None) and the deviceProperties name, from the device its kernels ran on."""
-    devs = catalog(catalog_file)
+def rank_devices(run, devices=None) -> dict:
+    """rank -> catalog Device (or None) and the deviceProperties name, from the device its kernels ran on.
+    devices: a catalog file (None: the bundled one and $TRACEKIT_DEVICE_CATALOG's) or a list of Devices."""
+    devs = devices if isinstance(devices, list) else catalog(devices)
     used = run.sql("SELECT rank, mode(device) AS device FROM kernels GROUP BY rank")
     used = dict(zip(used["rank"], used.device))
     out = {}
@@ -424,7 +426,7 @@ def mfu(run, by_step: bool = False, catalog: str | None = None):
     if steps.empty:
         steps = run.sql("SELECT rank, NULL::BIGINT AS step, first_ts_ns AS ts_ns, last_end_ns AS end_ns, "
                         "last_end_ns - first_ts_ns AS dur_ns FROM ranks")
-    devices = _rank_devices(run, catalog)
+    devices = rank_devices(run, catalog)
     rows, notes = [], []
     for r, st in steps.groupby("rank"):
         mine = ops[(ops["rank"] == r) & ops.flops.notna()]
@@ -463,7 +465,7 @@ def roofline(run, catalog: str | None = None):
     if ops.empty:
         return with_note(pd.DataFrame(columns=list(ROOFLINE_COLUMNS)),
                          "no operator with shapes that launched GPU kernels: a roofline needs both")
-    devices = _rank_devices(run, catalog)
+    devices = rank_devices(run, catalog)
     rows = []
     for (r, c), x in ops.groupby(["rank", "op_class"]):
         dev, _ = devices.get(int(r), (None, None))

@@ -3,6 +3,7 @@ list of steps run in order.
 
     topology     a [topology] recounts each collective's hosts (which link class it crosses)
     compute      the compute model re-times every non-communication node and the CPU gaps on threads
+    hardware     a [hardware] GPU re-times the GPU ops by their roofline position (replay/hardware.py)
     parallelism  a new data-parallel degree resizes the gradient collectives; tensor / pipeline splits
                  re-schedule each step's forward and backward (a per-rank step change)
     comm         the communication model costs every collective's transfer (its barrier's duration)
@@ -52,6 +53,19 @@ def compute_step(g, sc: Scenario, run, st: ModelState) -> None:
         f[g.rank[g.dst] == int(r)] *= k
     sel = thread & (f != 1.0)
     st.lag_ns[sel] = np.rint(st.lag_ns[sel] * f[sel]).astype(np.int64)
+
+
+def hardware_step(g, sc: Scenario, run, st: ModelState) -> None:
+    if not sc.hardware.given:
+        return
+    from . import hardware
+
+    got = hardware.retime(g, run, sc.hardware, st.dur_ns, sc.where)
+    touched = got.factor != 1.0
+    st.dur_ns[touched] = np.rint(st.dur_ns[touched] * got.factor[touched]).astype(np.int64)
+    st.notes += got.notes
+    if got.info:
+        st.info["hardware"] = got.info
 
 
 def topology_step(g, sc: Scenario, run, st: ModelState) -> None:
@@ -217,7 +231,7 @@ def _host_scales(hosts, host_of: dict[int, int], where: str) -> dict[int, float]
     return out
 
 
-MODEL_STEPS = (topology_step, compute_step, parallelism_step, comm_step)
+MODEL_STEPS = (topology_step, compute_step, hardware_step, parallelism_step, comm_step)
 
 
 def apply_models(g, scenario: Scenario | None, run=None):

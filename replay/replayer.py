@@ -215,6 +215,10 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     res.info = info
     res.folding = folding
     res.steps = _steps(res)
+    if "hardware" in info:  # a step that waits on its host does not follow its kernels: say so
+        from .hardware import bound_notes
+
+        res.notes += bound_notes(res)
     delta = info.get("step_delta")
     if delta:  # tensor / pipeline splits re-schedule each step's forward and backward (replay/pipeline.py)
         d = res.steps["rank"].map(delta).fillna(0).astype(np.int64)

@@ -28,7 +28,8 @@ from .compute import Speedup
 from .failures import DEFAULT_STRATEGY, make_strategy, strategy_parameters
 from .network import LinkOverride
 from .optical import Phase
-from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, HostOverride, NetworkSpec, OpticalSpec,
+from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride, NetworkSpec,
+                    OpticalSpec,
                     ParallelismSpec, Scenario, TopologySpec)
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict"]
@@ -85,7 +86,8 @@ def scenario_from_dict(doc: dict, source: str = "<scenario>") -> Scenario:
         top["name"] = os.path.splitext(os.path.basename(source))[0] if source and not source.startswith("<") else "scenario"
     sc = Scenario(**top, network=net, compute=compute, optical=optical,
                   parallelism=ParallelismSpec(**d.get("parallelism", {})),
-                  topology=_topology(d.get("topology", {}), fail), source=source)
+                  topology=_topology(d.get("topology", {}), fail), hardware=_hardware(d.get("hardware", {}), source),
+                  source=source)
     return replace(sc, failures=_failures(d["failures"], sc, fail)) if "failures" in d else sc
 
 
@@ -111,6 +113,17 @@ def _topology(t: dict, fail) -> TopologySpec:
     if "ranks_per_host" in t and "hosts" in t:
         fail(("topology", "hosts"), "give ranks_per_host or hosts, not both")
     return TopologySpec(**t)
+
+
+def _hardware(h: dict, source: str) -> HardwareSpec:
+    from . import hardware  # reads the device catalog: only for a scenario that has [hardware]
+
+    if "catalog" in h:
+        h = {**h, "catalog": hardware.catalog_path(h["catalog"], source)}
+    spec = HardwareSpec(**h)
+    if h:
+        hardware.check(spec, source)
+    return spec
 
 
 def _compute(c: dict, fail) -> ComputeSpec:

@@ -173,6 +173,36 @@ class TopologySpec:
 
 
 @dataclass(frozen=True)
+class HardwareSpec:
+    """[hardware]: the GPU the run is re-timed for (replay/hardware.py): a device of the catalog
+    (analyses/device_catalog.toml, or the file `catalog` names), and/or its figures given here, which
+    override the device's. Neither: the run's own GPU (nothing changes)."""
+    gpu: str | None = key(None, text)  # a catalog device's name, or a deviceProperties-like name it matches
+    from_gpu: str | None = key(None, text)  # None: the device each rank's trace names (deviceProperties)
+    catalog: str | None = key(None, text)  # a device catalog TOML adding or overriding devices
+    fp64_tflops: float | None = key(None, positive)
+    fp32_tflops: float | None = key(None, positive)
+    tf32_tflops: float | None = key(None, positive)
+    bf16_tflops: float | None = key(None, positive)
+    fp16_tflops: float | None = key(None, positive)
+    fp8_tflops: float | None = key(None, positive)
+    memory_gbps: float | None = key(None, positive)
+
+    @property
+    def given(self) -> bool:
+        return self.gpu is not None or bool(self.own_figures)
+
+    @property
+    def own_figures(self) -> dict:
+        """The figures the section gives itself: {dtype: TFLOP/s} and 'memory_gbps'."""
+        out = {f.name.removesuffix("_tflops"): getattr(self, f.name) for f in fields(self)
+               if f.name.endswith("_tflops") and getattr(self, f.name) is not None}
+        if self.memory_gbps is not None:
+            out["memory_gbps"] = self.memory_gbps
+        return out
+
+
+@dataclass(frozen=True)
 class Scenario:
     """What a replay changes. Scenario() (= Scenario.identity()) changes nothing."""
     name: str = key("identity", text)  # a file's default is its stem (the loader)
@@ -185,6 +215,7 @@ class Scenario:
     failures: FailuresSpec | None = key(None, schema(FailuresSpec))
     parallelism: ParallelismSpec = key(check=schema(ParallelismSpec), make=ParallelismSpec)
     topology: TopologySpec = key(check=schema(TopologySpec), make=TopologySpec)
+    hardware: HardwareSpec = key(check=schema(HardwareSpec), make=HardwareSpec)
     source: str | None = None  # the file read, for messages
 
     @classmethod

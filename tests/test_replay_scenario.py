@@ -17,8 +17,8 @@ from replay.failures import Strategy
 from replay.network import AlphaBetaModel, LinkOverride, MeasuredComm, WhatIfComm
 from replay.optical import OpticalModel, Phase
 from replay.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
-from replay.specs import (SCHEMA, ComputeSpec, FailuresSpec, HostOverride, NetworkSpec, OpticalSpec, ParallelismSpec,
-                          TopologySpec)
+from replay.specs import (SCHEMA, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride, NetworkSpec, OpticalSpec,
+                          ParallelismSpec, TopologySpec)
 from tracekit.errors import TracekitError
 
 from .conftest import REPO
@@ -325,7 +325,8 @@ def _literal(cell):
 SECTION_SPECS = {"top": Scenario, "[network]": NetworkSpec, "[network.links.<class>]": LinkOverride,
                  "[compute]": ComputeSpec, "[[compute.speedup]]": Speedup, "[optical]": OpticalSpec,
                  "[[optical.phase]]": Phase, "[failures]": FailuresSpec, "[parallelism]": ParallelismSpec,
-                 "[[network.hosts]]": HostOverride, "[topology]": TopologySpec}
+                 "[[network.hosts]]": HostOverride, "[topology]": TopologySpec,
+                 "[hardware]": HardwareSpec}
 
 
 def _spec_default(section, key):
