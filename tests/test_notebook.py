@@ -24,10 +24,17 @@ def test_quickstart_notebook_runs():
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    # the two plots rendered as plotly figures, not as a repr string
+    # the three plots rendered as plotly figures, not as a repr string
     figures = [o for o in outputs if o.output_type in ("display_data", "execute_result")
                and "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(figures) == 2
+    assert len(figures) == 3
+    mfu = [o for o in outputs if "text/html" in o.get("data", {}) and "mfu_pct" in o["data"]["text/html"]]
+    assert mfu, "MFU table missing"
+    roofline = figures[2]["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
+    if (REPO.parent / "shared" / "traces" / "astra-sim" / "megatron_tp8").is_dir():  # the GPU trace: MFU and a roofline
+        assert "A100-SXM4-80GB" in mfu[0]["data"]["text/html"] and roofline.startswith("Roofline")
+    else:  # the CPU sample only: the roofline panel says why it is empty
+        assert "no data" in str(figures[2]["data"]["application/vnd.plotly.v1+json"]["layout"]["annotations"])
     tables = [o for o in outputs if "text/html" in o.get("data", {}) and "late_count" in o["data"]["text/html"]]
     assert tables, "straggler_attribution table missing"
     whatif = [o for o in outputs if "text/html" in o.get("data", {}) and "links 4x faster" in o["data"]["text/html"]]

@@ -204,6 +204,8 @@ def test_report_renders_in_chromium_nccl_trace(tmp_path, browser, shared):
     by_name = {p["name"]: p for p in state["panels"]}
     assert not by_name["top_kernels"]["empty"] and "nccl" in by_name["top_kernels"]["text"].lower()
     assert not by_name["collective_skew"]["empty"]
+    assert not by_name["roofline"]["empty"] and "A100-SXM4-80GB fp16 roof" in by_name["roofline"]["text"]
+    assert "MFU 9.4-10.0%" in page.read_text()
 
 
 @pytest.mark.slow  # renders the report in chromium
@@ -281,3 +283,37 @@ def test_report_opens_with_doctors_findings(tmp_path):
     section = page[page.index('<section id="findings">'):page.index("</section>", page.index('<section id="findings">'))]
     assert [k for k in kinds] == [part.split('"')[0] for part in section.split('data-kind="')[1:]]
     assert kinds[0] == "straggler" and "not predicted" in section
+
+
+def test_report_mfu_headline_is_the_mfu_analysis(tmp_path):
+    # a GPU rank with a known peak: the headline states the analysis's MFU, device and peak; a CPU run says why not
+    from tracekit.report.html import mfu_html
+
+    from .test_hardware import _trace
+
+    with tracekit.open(str(_trace(tmp_path / "gpu")), store=str(tmp_path / "st")) as run:
+        m = run.analyze("mfu").iloc[0]
+        head = mfu_html(run)
+    assert f"<b>MFU {m.mfu_pct:.1f}%</b> over 1 of 1 rank(s)" in head
+    assert f"A100-SXM4-80GB {m['dtype']} peak {m.peak_tflops:.4g} TFLOP/s" in head
+    with tracekit.open(str(REPO / "sample_traces" / "ddp3_slow_rank1"), store=str(tmp_path / "cpu")) as run:
+        head = mfu_html(run)
+    assert "<b>MFU: not known</b> (rank 0: no GPU device in the trace (a CPU run)" in head and "FLOP per step" in head
+
+
+def test_roofline_plot_draws_each_device_roof_and_its_ops():
+    import pandas as pd
+
+    from tracekit.report import plots
+
+    df = pd.DataFrame([{"rank": 0, "op_class": "gemm", "intensity_flop_per_byte": 400.0, "achieved_tflops": 200.0,
+                        "share_pct": 64.1, "device": "A100-SXM4-80GB", "dtype": "bf16", "peak_tflops": 312.0,
+                        "memory_gbps": 2039.0},
+                       {"rank": 0, "op_class": "elementwise", "intensity_flop_per_byte": 0.0, "achieved_tflops": 0.0,
+                        "share_pct": 60.0, "device": "A100-SXM4-80GB", "dtype": "bf16", "peak_tflops": 312.0,
+                        "memory_gbps": 2039.0}])
+    fig = plots.roofline(df)
+    roof, gemm = fig.data
+    assert list(roof.x) == [40.0, 312.0 * 1e3 / 2039.0, 4000.0]  # the ridge point between the two roofs
+    assert list(roof.y) == [40.0 * 2039.0 / 1e3, 312.0, 312.0]
+    assert gemm.name == "gemm" and list(gemm.y) == [200.0]  # the FLOP-less op is not drawn on log axes

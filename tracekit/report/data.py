@@ -26,6 +26,22 @@ def collective_arrivals(run):
     return df.loc[df["start_ns"].notna(), cols].reset_index(drop=True)
 
 
+ROOFLINE_POINT_COLUMNS = "the roofline analysis's columns, and peak_tflops / memory_gbps: the device's roof"
+
+
+def roofline_points(run):
+    """The roofline analysis per (rank, op kind) with the roof of its device: peak_tflops for its dtype
+    and memory_gbps from the device catalog (NULL where the device is unknown)."""
+    from analyses.devices import catalog
+
+    df = run.analyze("roofline")
+    devs = {d.name: d for d in catalog()}
+    dev = [devs.get(n) if isinstance(n, str) else None for n in df.get("device", [])]
+    df = df.assign(peak_tflops=[d.peak(t) if d else None for d, t in zip(dev, df.get("dtype", []))],
+                   memory_gbps=[d.memory_gbps if d else None for d in dev])
+    return df
+
+
 # panel name -> (function of run returning the DataFrame, what it is). Order = report order.
 PANEL_DATA = {
     "step_time": (step_times, "steps view"),
@@ -36,4 +52,5 @@ PANEL_DATA = {
     "busbw_vs_size": (lambda run: run.analyze("collectives_matched"), "analysis collectives_matched"),
     "straggler_ranking": (lambda run: run.analyze("straggler_attribution"), "analysis straggler_attribution"),
     "memory_timeline": (lambda run: run.analyze("memory_timeline"), "analysis memory_timeline"),
+    "roofline": (roofline_points, "analysis roofline and the device catalog"),
 }

@@ -23,6 +23,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin: 0 0 .3em 0; }
 section { border-top: 1px solid #ddd; padding: 1em 0; }
 .meta td { padding: 0 1em 0 0; } .meta td:first-child { color: #666; }
+.headline { font-size: 1.1em; margin: .6em 0 .2em 0; }
 .source { color: #666; font-size: .85em; margin: 0 0 .5em 0; }
 nav a { margin-right: 1em; }
 table.findings { border-collapse: collapse; font-size: .9em; }
@@ -56,6 +57,34 @@ def whatif_figure(run, scenarios) -> tuple[str, object, str]:
     df = whatif(run, [Scenario(name="baseline replay"), *scenarios])
     df = df[df.scenario != "measured"]
     return "predicted_vs_measured", plots.predicted_vs_measured(df), WHATIF_SOURCE
+
+
+def mfu_html(run) -> str:
+    """The MFU headline: model FLOPs utilization per rank (analysis mfu), its spread, device and dtype."""
+    esc = html.escape
+    try:
+        df = run.analyze("mfu")
+    except TracekitError as e:
+        return f'<p id="mfu" class="headline">MFU: not known ({esc(str(e))})</p>'
+    if df.empty:
+        return '<p id="mfu" class="headline">MFU: not known (no steps or spans to divide FLOPs by)</p>'
+    tflops = df.achieved_tflops.astype("float64")
+    achieved = f"{tflops.min():.3g}" + (f"-{tflops.max():.3g}" if tflops.max() > tflops.min() else "")
+    f = float(df.flops.median())
+    flops = f"{f / 1e12:,.3g} TFLOP per step" if f >= 1e12 else f"{f / 1e9:,.3g} GFLOP per step"
+    known = df[df.mfu_pct.notna()]
+    if known.empty:
+        why = (df.attrs.get("note") or "no device peak").split(";")[0]
+        return (f'<p id="mfu" class="headline"><b>MFU: not known</b> ({esc(why)}); {esc(flops)}, '
+                f'{esc(achieved)} TFLOP/s achieved</p>')
+    lo, hi = known.mfu_pct.min(), known.mfu_pct.max()
+    pct = f"{lo:.1f}%" if abs(hi - lo) < 0.05 else f"{lo:.1f}-{hi:.1f}%"
+    devs = ", ".join(sorted({f"{d} {t} peak {p:.4g} TFLOP/s" for d, t, p in
+                             zip(known.device, known.dtype, known.peak_tflops)}))
+    return (f'<p id="mfu" class="headline"><b>MFU {esc(pct)}</b> over {len(known)} of {len(df)} rank(s) '
+            f'({esc(achieved)} TFLOP/s achieved of {esc(devs)}; {esc(flops)}, median step)</p>'
+            '<p class="source">from analysis mfu: model FLOPs of the leaf operators with recorded shapes per step / '
+            'step time / the device catalog\'s dense peak</p>')
 
 
 def findings_html(run) -> str:
@@ -103,6 +132,7 @@ def render_html(run, *, title: str | None = None, scenarios=()) -> str:
     parts.append("</table><nav>")
     parts += [f'<a href="#panel-{esc(n)}">{esc(n.replace("_", " "))}</a>' for n, _, _ in figures]
     parts.append("</nav>")
+    parts.append(mfu_html(run))
     parts.append(findings_html(run))
     for i, (name, fig, source) in enumerate(figures):
         # The first figure carries the whole plotly.js bundle inline; the rest reuse it.

@@ -191,6 +191,40 @@ def memory_timeline(df):
     return fig
 
 
+def roofline(df):
+    """Achieved TFLOP/s against arithmetic intensity per rank and op kind, under each device's roof
+    (min(peak, intensity x memory bandwidth)). df: report.data.roofline_points()."""
+    title = "Roofline: achieved TFLOP/s by arithmetic intensity"
+    if df is None or df.empty:
+        return no_data_figure(title, "no operator with recorded shapes launched GPU kernels (a roofline needs both)")
+    df = df[df["intensity_flop_per_byte"].fillna(0) > 0]
+    if df.empty:
+        return no_data_figure(title, "the GPU ops with recorded shapes do no FLOPs (elementwise only)")
+    import numpy as np
+
+    go = require_plotly()
+    fig = go.Figure()
+    lo = float(df["intensity_flop_per_byte"].min()) / 10
+    hi = float(df["intensity_flop_per_byte"].max()) * 10
+    roofs = df.dropna(subset=["peak_tflops", "memory_gbps"]).drop_duplicates(["device", "dtype"])
+    for r in roofs.itertuples():
+        ridge = r.peak_tflops * 1e3 / r.memory_gbps
+        xs = [lo, *([ridge] if lo < ridge < hi else []), hi]
+        fig.add_scatter(name=_label(f"{r.device} {r.dtype} roof"), mode="lines", line={"dash": "dot"},
+                        x=xs, y=[min(r.peak_tflops, x * r.memory_gbps / 1e3) for x in xs],
+                        hovertemplate="%{x:.3g} FLOP/B: roof %{y:.4g} TFLOP/s<extra></extra>")
+    for cls, g in df.groupby("op_class", sort=True):
+        share = g["share_pct"].to_numpy(dtype="float64", na_value=np.nan)
+        fig.add_scatter(name=_label(cls), mode="markers", x=g["intensity_flop_per_byte"], y=g["achieved_tflops"],
+                        customdata=np.stack([g["rank"].to_numpy(), share], axis=1),
+                        marker={"size": 10}, hovertemplate="rank %{customdata[0]}: %{x:.3g} FLOP/B, %{y:.4g} "
+                        "TFLOP/s, %{customdata[1]:.1f}% of its bound<extra>" + _label(cls) + "</extra>")
+    fig.update_layout(title=title + " (FLOP-less ops not drawn)",
+                      xaxis={"type": "log", "title": "arithmetic intensity (FLOP per byte)"},
+                      yaxis={"type": "log", "title": "achieved TFLOP/s (kernel time)"})
+    return fig
+
+
 # panel name -> plot function, in report order (data.PANEL_DATA has the same keys).
 PLOTS = {
     "step_time": step_time,
@@ -201,6 +235,7 @@ PLOTS = {
     "busbw_vs_size": busbw_vs_size,
     "straggler_ranking": straggler_ranking,
     "memory_timeline": memory_timeline,
+    "roofline": roofline,
 }
 
 
