@@ -160,6 +160,27 @@ def test_the_fit_takes_the_links_throughput_whatever_the_sharing_discipline():
     assert links.period_ends(lf, np.array([0, 50, 300]), np.array([100, 250, 350])).tolist() == [250, 250, 350]
 
 
+def test_the_fit_keeps_the_measured_busy_periods_when_a_gap_is_a_hair_wide():
+    import pandas as pd
+
+    # three 1 MB all-reduces on a 0.01 byte/ns link: two served back to back (0-200 ms), the third starting
+    # 30 us after the link went idle (200.03-300.03 ms). A fit that re-partitions the predicted flows into busy
+    # periods sees the first period's end jump by 100 ms as soon as a candidate capacity is a hair too slow
+    # (the third flow joins it), and runs from the true capacity to one fast enough to keep the gap: on the
+    # measured periods the loss is smooth and the fit lands on the link
+    colls = pd.DataFrame({"op": ["all_reduce"] * 3, "bytes": pd.array([1_000_000] * 3, dtype="Int64"),
+                          "group_size": [2, 2, 2], "ranks": [[0, 1]] * 3})
+    lf = links.build(colls, {0: 0, 1: 1})
+    ms = 1_000_000
+    starts = np.array([0, 0, 200 * ms + 30_000])
+    fit = links.fit(lf, starts, np.array([100 * ms, 200 * ms, 100 * ms]))
+    assert fit.params.capacity["inter_node"] == pytest.approx(0.01, rel=0.01)
+    measured = links.busy_periods(lf, starts, starts + np.array([100, 200, 100]) * ms)
+    slower = starts + np.array([101, 202, 101]) * ms  # the same flows 1% slower: the gap closes
+    assert links.period_ends(lf, starts, slower).tolist() == [301 * ms + 30_000] * 3
+    assert links.period_ends(lf, starts, slower, measured).tolist() == [202 * ms, 202 * ms, 301 * ms + 30_000]
+
+
 def test_a_gloo_callers_wake_up_goes_to_the_collective_that_caused_it():
     import importlib
 
