@@ -154,31 +154,39 @@ def test_the_fit_takes_the_links_throughput_whatever_the_sharing_discipline():
     fit = links.fit(lf, np.array([0, 0, 300_000_000]), np.array([100_000_000, 200_000_000, 50_000_000]))
     assert fit.params.capacity["inter_node"] == pytest.approx(0.01, rel=0.01)
     assert fit.rel_rms["inter_node"] < 0.01
-    assert links.period_ends(lf, np.array([0, 0, 300]), np.array([100, 200, 350])).tolist() == [200, 200, 350]
+    ms = 1_000_000
+    ends = links.period_ends(lf, np.array([0, 0, 300]) * ms, np.array([100, 200, 350]) * ms)
+    assert ends.tolist() == [200 * ms, 200 * ms, 350 * ms]
     # a flow that starts before the link went idle is in its busy period; one that starts after opens its own
-    assert links.period_ends(lf, np.array([0, 150, 300]), np.array([100, 250, 350])).tolist() == [100, 250, 350]
-    assert links.period_ends(lf, np.array([0, 50, 300]), np.array([100, 250, 350])).tolist() == [250, 250, 350]
+    ends = links.period_ends(lf, np.array([0, 150, 300]) * ms, np.array([100, 250, 350]) * ms)
+    assert ends.tolist() == [100 * ms, 250 * ms, 350 * ms]
+    ends = links.period_ends(lf, np.array([0, 50, 300]) * ms, np.array([100, 250, 350]) * ms)
+    assert ends.tolist() == [250 * ms, 250 * ms, 350 * ms]
 
 
-def test_the_fit_keeps_the_measured_busy_periods_when_a_gap_is_a_hair_wide():
+def test_busy_periods_are_the_measured_ones_and_a_hair_wide_gap_is_no_idle_link():
     import pandas as pd
 
-    # three 1 MB all-reduces on a 0.01 byte/ns link: two served back to back (0-200 ms), the third starting
-    # 30 us after the link went idle (200.03-300.03 ms). A fit that re-partitions the predicted flows into busy
-    # periods sees the first period's end jump by 100 ms as soon as a candidate capacity is a hair too slow
-    # (the third flow joins it), and runs from the true capacity to one fast enough to keep the gap: on the
-    # measured periods the loss is smooth and the fit lands on the link
+    # three 1 MB all-reduces: two served back to back (0-200 ms), the third starting after the link went idle.
+    # The predicted times are scored on the measured periods: re-partitioned, a period that ended just before
+    # the next flow would swallow it as soon as a candidate capacity is slightly slow (its end jumping by that
+    # flow's whole time), and the fit would run to whatever capacity keeps the gap
     colls = pd.DataFrame({"op": ["all_reduce"] * 3, "bytes": pd.array([1_000_000] * 3, dtype="Int64"),
                           "group_size": [2, 2, 2], "ranks": [[0, 1]] * 3})
     lf = links.build(colls, {0: 0, 1: 1})
     ms = 1_000_000
-    starts = np.array([0, 0, 200 * ms + 30_000])
-    fit = links.fit(lf, starts, np.array([100 * ms, 200 * ms, 100 * ms]))
-    assert fit.params.capacity["inter_node"] == pytest.approx(0.01, rel=0.01)
+    starts = np.array([0, 0, 201 * ms])  # 1 ms idle before the third
     measured = links.busy_periods(lf, starts, starts + np.array([100, 200, 100]) * ms)
     slower = starts + np.array([101, 202, 101]) * ms  # the same flows 1% slower: the gap closes
-    assert links.period_ends(lf, starts, slower).tolist() == [301 * ms + 30_000] * 3
-    assert links.period_ends(lf, starts, slower, measured).tolist() == [202 * ms, 202 * ms, 301 * ms + 30_000]
+    assert links.period_ends(lf, starts, slower).tolist() == [302 * ms] * 3
+    assert links.period_ends(lf, starts, slower, measured).tolist() == [202 * ms, 202 * ms, 302 * ms]
+    fit = links.fit(lf, starts, np.array([100, 200, 100]) * ms)
+    assert fit.params.capacity["inter_node"] == pytest.approx(0.01, rel=0.01)
+    # a gap shorter than a woken caller's delay (30 us) is no idle link: one period on each of the 4 links
+    # (both hosts' NICs, both ways), where the 1 ms gap made two
+    hair = np.array([0, 0, 200 * ms + 30_000])
+    assert len(set(links.busy_periods(lf, hair, hair + np.array([100, 200, 100]) * ms))) == 4
+    assert len(set(measured)) == 8
 
 
 def test_a_gloo_callers_wake_up_goes_to_the_collective_that_caused_it():
