@@ -49,11 +49,16 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
 
 
 def _participants(rows: pd.DataFrame, cpu: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
-    """The participants with the event each one is in the graph (the runloop's annotation for gloo, the
-    kernel for NCCL, else the call), its measured times, and the calling thread; one per rank and instance."""
+    """The participants with the event each one is in the graph (the runloop's annotation for gloo, else the
+    gloo annotation inside the call (send and recv run on the caller), the kernel for NCCL, else the call),
+    its measured times, and the calling thread; one per rank and instance."""
     if rows.empty:
         return rows
-    ev = rows.runloop_event_id.where(rows.timeline == "cpu")
+    cpu_tl = rows.timeline == "cpu"
+    ev = rows.runloop_event_id.where(cpu_tl)
+    if "nested_event_id" in rows:
+        # the call itself would be cut in pieces around the annotation inside it, and a participant is one piece
+        ev = ev.fillna(rows.nested_event_id.where(cpu_tl))
     ev = ev.fillna(rows.kernel_event_id.where(rows.timeline == "gpu")).fillna(rows.cpu_event_id)
     rows = rows.assign(event_id=ev).dropna(subset=["event_id"])
     rows["event_id"] = rows.event_id.astype(np.int64)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from tracekit.errors import TracekitError
@@ -44,7 +45,7 @@ def _span(ranks) -> str:
 
 
 def load(run, ranks) -> Loaded:
-    return Loaded(cpu=query(run, "_graph_cpu", ranks=ranks), gpu=query(run, "_graph_gpu", ranks=ranks),
+    return Loaded(cpu=_async_annotations_apart(query(run, "_graph_cpu", ranks=ranks)), gpu=query(run, "_graph_gpu", ranks=ranks),
                   cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks), steps=query(run, "_graph_steps", ranks=ranks),
                   hosts=_hosts(run), comm=comm_participants(run, ranks))
 
@@ -58,3 +59,42 @@ def _hosts(run) -> pd.DataFrame:
     if label:
         hosts["hostname"] = [label.get(int(r), h) for r, h in zip(hosts["rank"], hosts.hostname)]
     return hosts
+
+
+def _async_annotations_apart(cpu: pd.DataFrame) -> pd.DataFrame:
+    """gloo's send and recv run on the caller's thread, and their gloo:* annotation opens inside the c10d
+    call but closes when the message has gone (or come), while the thread runs on: an async span, not
+    work of that thread. Such an annotation (one that outlasts the call it opened in) moves to a thread of
+    its own beside the caller, as a runloop's annotation sits on the runloop thread (the call enqueues it
+    there: edges.py); messages in flight together go on lanes of their own (tid -1 - tid - lane * 2^32),
+    each lane one message at a time."""
+    if cpu.empty:
+        return cpu
+    ann = cpu[(cpu.cat == "user_annotation") & cpu.name.str.startswith("gloo:")]
+    if ann.empty:
+        return cpu
+    calls = cpu[(cpu.cat == "cpu_op") & cpu.name.str.startswith("c10d::")]
+    calls = calls.assign(call_end=calls.ts_ns + calls.dur_ns)[["rank", "pid", "tid", "ts_ns", "call_end"]]
+    a = ann[["rank", "pid", "tid", "ts_ns", "dur_ns"]].reset_index()
+    opened_in = pd.merge_asof(a.sort_values("ts_ns"), calls.sort_values("ts_ns"), on="ts_ns",
+                              by=["rank", "pid", "tid"], direction="backward")
+    outlast = opened_in.call_end.notna() & (opened_in.ts_ns + opened_in.dur_ns > opened_in.call_end)
+    moved = opened_in[outlast].sort_values(["rank", "pid", "tid", "ts_ns", "index"], kind="stable")
+    if moved.empty:
+        return cpu
+    lanes = np.zeros(len(moved), np.int64)
+    for _key, idx in moved.groupby(["rank", "pid", "tid"], sort=False).indices.items():
+        free_at: list[int] = []  # per lane, when its message ends
+        for i in idx:
+            t0, t1 = int(moved.ts_ns.iat[i]), int(moved.ts_ns.iat[i] + moved.dur_ns.iat[i])
+            lane = next((k for k, f in enumerate(free_at) if f <= t0), None)
+            if lane is None:
+                lane = len(free_at)
+                free_at.append(t1)
+            else:
+                free_at[lane] = t1
+            lanes[i] = lane
+    cpu = cpu.copy()
+    rows = moved["index"].to_numpy()
+    cpu.loc[rows, "tid"] = -1 - cpu.loc[rows, "tid"].to_numpy(np.int64) - lanes * 2**32
+    return cpu
