@@ -156,15 +156,10 @@ def _gloo_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar
     """gloo: the call enqueues the runloop's work; a caller that sat idle through the transfer blocked in
     wait() and woke when the collective completed: the barrier's end -> its first op after the wake."""
     first = nodes.first
-    # the work a call hands on: the runloop's annotation, or its own annotation moved apart (load.py)
-    work = rows.runloop_event_id
-    if "nested_event_id" in rows:
-        work = work.fillna(rows.nested_event_id)
-    loose = rows.assign(work_event_id=work)
-    loose = loose[loose.work_event_id.notna() & loose.cpu_event_id.notna()]
+    loose = rows[rows.runloop_event_id.notna() & rows.cpu_event_id.notna()]
     q_src, q_dst, w_src, w_dst = [], [], [], []
     for r, call, loop in zip(loose["rank"].astype(int), loose.cpu_event_id.astype(np.int64),
-                             loose.work_event_id.astype(np.int64)):
+                             loose.runloop_event_id.astype(np.int64)):
         cf, lf = first.get((r, int(call))), first.get((r, int(loop)))
         if cf is not None and lf is not None:
             q_src.append(cf)

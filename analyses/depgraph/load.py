@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from tracekit.errors import TracekitError
@@ -45,8 +44,8 @@ def _span(ranks) -> str:
 
 
 def load(run, ranks) -> Loaded:
-    return Loaded(cpu=_async_annotations_apart(query(run, "_graph_cpu", ranks=ranks)), gpu=query(run, "_graph_gpu", ranks=ranks),
-                  cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks), steps=query(run, "_graph_steps", ranks=ranks),
+    return Loaded(cpu=_async_annotations_out(query(run, "_graph_cpu", ranks=ranks)),
+                  gpu=query(run, "_graph_gpu", ranks=ranks), cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks), steps=query(run, "_graph_steps", ranks=ranks),
                   hosts=_hosts(run), comm=comm_participants(run, ranks))
 
 
@@ -61,13 +60,12 @@ def _hosts(run) -> pd.DataFrame:
     return hosts
 
 
-def _async_annotations_apart(cpu: pd.DataFrame) -> pd.DataFrame:
+def _async_annotations_out(cpu: pd.DataFrame) -> pd.DataFrame:
     """gloo's send and recv run on the caller's thread, and their gloo:* annotation opens inside the c10d
-    call but closes when the message has gone (or come), while the thread runs on: an async span, not
-    work of that thread. Such an annotation (one that outlasts the call it opened in) moves to a thread of
-    its own beside the caller, as a runloop's annotation sits on the runloop thread (the call enqueues it
-    there: edges.py); messages in flight together go on lanes of their own (tid -1 - tid - lane * 2^32),
-    each lane one message at a time."""
+    call but closes when the message has gone (or come), while the thread runs on: an async span, not work
+    of that thread, which would cut the thread's later ops (and the call, the collective's participant) into
+    pieces. Such an annotation (one that outlasts the call it opened in) is left out; its end is the
+    collective's completion on that rank (comm_participants' nested_end_ns)."""
     if cpu.empty:
         return cpu
     ann = cpu[(cpu.cat == "user_annotation") & cpu.name.str.startswith("gloo:")]
@@ -79,22 +77,4 @@ def _async_annotations_apart(cpu: pd.DataFrame) -> pd.DataFrame:
     opened_in = pd.merge_asof(a.sort_values("ts_ns"), calls.sort_values("ts_ns"), on="ts_ns",
                               by=["rank", "pid", "tid"], direction="backward")
     outlast = opened_in.call_end.notna() & (opened_in.ts_ns + opened_in.dur_ns > opened_in.call_end)
-    moved = opened_in[outlast].sort_values(["rank", "pid", "tid", "ts_ns", "index"], kind="stable")
-    if moved.empty:
-        return cpu
-    lanes = np.zeros(len(moved), np.int64)
-    for _key, idx in moved.groupby(["rank", "pid", "tid"], sort=False).indices.items():
-        free_at: list[int] = []  # per lane, when its message ends
-        for i in idx:
-            t0, t1 = int(moved.ts_ns.iat[i]), int(moved.ts_ns.iat[i] + moved.dur_ns.iat[i])
-            lane = next((k for k, f in enumerate(free_at) if f <= t0), None)
-            if lane is None:
-                lane = len(free_at)
-                free_at.append(t1)
-            else:
-                free_at[lane] = t1
-            lanes[i] = lane
-    cpu = cpu.copy()
-    rows = moved["index"].to_numpy()
-    cpu.loc[rows, "tid"] = -1 - cpu.loc[rows, "tid"].to_numpy(np.int64) - lanes * 2**32
-    return cpu
+    return cpu.drop(index=opened_in.loc[outlast, "index"].to_numpy())
