@@ -137,3 +137,22 @@ def test_gemms_far_below_their_roofline_are_low_mfu_with_a_predicted_saving(tmp_
     res = CliRunner().invoke(cli, ["whatif", str(d), str(tmp_path / "fixes" / "low_mfu_rank0.toml"),
                                    "--store", str(tmp_path / "st"), "--format", "json"])
     assert json.loads(res.stdout)[0]["predicted_step_ns"] == f["predicted_step_ns"]
+
+
+def test_low_mfu_builds_the_flops_op_table_once(tmp_path, monkeypatch):
+    import analyses.flops as flops
+    from analyses.registry import get
+
+    calls = []
+    real = flops.op_table
+    monkeypatch.setattr(flops, "op_table", lambda run: calls.append(1) or real(run))
+    d = _gpu_trace(tmp_path / "t")
+    with tracekit.open(str(d), store=str(tmp_path / "st")) as run:
+        fs = tracekit.doctor(run)
+        assert "low_mfu" in {f["kind"] for f in fs}
+        assert len(calls) == 1  # roofline, mfu and the kernels to speed up read one table
+        ops = real(run)  # and a prebuilt table gives the analyses' own results
+        assert flops.roofline(run, ops=ops).equals(run.analyze("roofline"))
+        assert flops.mfu(run, ops=ops).equals(run.analyze("mfu"))
+    assert "ops" not in get("mfu").parameters and "ops" not in get("roofline").parameters  # not a CLI value
+

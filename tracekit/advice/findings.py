@@ -290,8 +290,11 @@ def memory_headroom(run, ctx) -> list[Candidate]:
 
 
 def low_mfu(run, ctx) -> list[Candidate]:
-    rf = run.analyze("roofline")
-    mfu = run.analyze("mfu")
+    from analyses.flops import launched_kernels, mfu as mfu_of, op_table, roofline  # the analyses layer, below this one
+
+    ops = op_table(run)  # once: the roofline, the MFU and the kernels to speed up all read it
+    rf = roofline(run, ops=ops)
+    mfu = mfu_of(run, ops=ops)
     rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
     _, per = ctx["per_rank"]
     best = None
@@ -307,9 +310,6 @@ def low_mfu(run, ctx) -> list[Candidate]:
         return []
     row, share_step = best
     r = int(row.rank)
-    from analyses.flops import launched_kernels, op_table  # the analyses layer, below this one
-
-    ops = op_table(run)
     mine = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()]
     names = sorted(set(launched_kernels(run, mine).name))
     if not names:
