@@ -156,3 +156,13 @@ def test_low_mfu_builds_the_flops_op_table_once(tmp_path, monkeypatch):
         assert flops.mfu(run, ops=ops).equals(run.analyze("mfu"))
     assert "ops" not in get("mfu").parameters and "ops" not in get("roofline").parameters  # not a CLI value
 
+
+def test_gradient_all_reduces_issued_after_backward_are_an_unpredicted_overlap_finding(stores):
+    fs = _doctor_json("ddp2_2hosts_100mbit", stores["ddp2_2hosts_100mbit"])
+    ov = {f["name"]: f for f in fs}
+    f = ov.get("exposed_communication_rank1_overlap") or ov.get("exposed_communication_rank0_overlap")
+    # the sample's DDP has one 25 MB bucket: its all-reduce can only start once the backward is done
+    assert f is not None and f["kind"] == "exposed_communication" and f["scenario"] is None
+    assert f["predicted_step_ns"] is None and "bucket_cap_mb" in f["fix"]
+    assert f["evidence"][0]["analysis"] == "cpu_ops" and "1 of 1 gradient" in f["evidence"][0]["figure"]
+

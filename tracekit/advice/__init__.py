@@ -72,7 +72,8 @@ def doctor(run, *, out_dir: str | None = None) -> list[dict]:
 
 
 def _name(c: Candidate) -> str:
-    return c.kind if c.rank is None else f"{c.kind}_rank{c.rank}"
+    name = c.kind if c.rank is None else f"{c.kind}_rank{c.rank}"
+    return f"{name}_{c.variant}" if c.variant else name
 
 
 __all__ = ["FIELDS", "doctor"]

@@ -35,6 +35,7 @@ class Candidate:
     assumptions: str
     share_pct: float = 0.0  # the evidence's share of the step, for the order of unpredicted findings
     extra: dict = field(default_factory=dict)
+    variant: str = ""  # a second finding of the same kind and rank: its name's suffix
 
 
 def _ev(analysis: str, figure: str) -> dict:
@@ -128,7 +129,7 @@ def exposed_communication(run, ctx) -> list[Candidate]:
                    "this run (docs/whatif.md's validation); compute unchanged"
                    + (f"; {len(co) - sized} of {len(co)} collective rows carry no byte count and keep their "
                       "measured transfer" if sized < len(co) else ""))
-    return [Candidate(
+    out = [Candidate(
         kind="exposed_communication", rank=None,
         title=f"{share:.0f}% of the step is communication nothing else overlaps",
         evidence=[_ev("exposed_comm", f"rank {r}: {_ms(v['exposed_ns'])} of exposed communication per step "
@@ -137,6 +138,60 @@ def exposed_communication(run, ctx) -> list[Candidate]:
         fix="faster links (the scenario: twice the bandwidth), fewer or larger collectives (DDP bucket_cap_mb), "
             "or more overlap with compute (start gradient all-reduces earlier, FSDP prefetch)",
         scenario=scenario, confidence=confidence, assumptions=assumes, share_pct=share)]
+    late = _gradient_collectives_after_backward(run, r)
+    if late is not None:
+        n, total, bw_ns, gap_ns = late
+        out.append(Candidate(
+            kind="exposed_communication", rank=r, variant="overlap",
+            title=f"rank {r}'s gradient collectives all start after its backward has computed every gradient",
+            evidence=[_ev("cpu_ops", f"rank {r}: {n} of {total} gradient all-reduce / reduce-scatter call(s) per step "
+                          f"issued after the last backward operator without a collective in it ended (median step); "
+                          f"the backward's compute took {_ms(bw_ns)}, the first call came {_ms(gap_ns)} after it"),
+                      out[0].evidence[0]],
+            fix="start the gradient collectives during backward: smaller DDP buckets (bucket_cap_mb below the "
+                "gradients' size, so the first buckets go while later layers still compute), or FSDP / ZeRO, whose "
+                "reduce-scatters run per layer",
+            scenario=None, confidence="medium",
+            assumptions="not predicted: no scenario key issues a collective earlier than the trace's dependencies "
+                        "let it (the replay keeps every call behind the work its thread did before it); at most "
+                        f"the backward's {_ms(bw_ns)} could hide the communication",
+            share_pct=share))
+    return out
+
+
+def _gradient_collectives_after_backward(run, r: int):
+    """(calls after the backward's compute, calls in the backward, backward compute ns, gap ns) of rank r's
+    median step when every gradient all-reduce / reduce-scatter of the step was issued after the backward had
+    computed its gradients: after the end of the last autograd operator that issued no collective; None
+    otherwise (some went during the backward, or the trace shows no backward)."""
+    df = run.sql("""
+        WITH s AS (SELECT rank, step FROM steps WHERE NOT is_last AND rank = $r),
+        ops AS (SELECT o.step, o.tid, o.ts_ns, o.ts_ns + o.dur_ns AS end_ns, o.name FROM cpu_ops o SEMI JOIN s USING (rank, step)
+                WHERE o.dur_ns > 0 AND (o.name LIKE 'autograd::engine::evaluate_function:%'
+                      OR (o.name LIKE 'c10d::%' AND (o.name LIKE '%allreduce%' OR o.name LIKE '%reduce_scatter%'))))
+        SELECT * FROM ops ORDER BY step, ts_ns""", {"r": int(r)})
+    rows = []
+    for _st, x in df.groupby("step"):
+        calls = x[x.name.str.startswith("c10d::")]
+        fns = x[~x.name.str.startswith("c10d::")]
+        if calls.empty or fns.empty:
+            continue
+        ct, cid = calls.ts_ns.to_numpy(np.int64), calls.tid.to_numpy()
+        own = np.array([not ((cid == t) & (ct >= a) & (ct < b)).any()
+                        for t, a, b in zip(fns.tid, fns.ts_ns, fns.end_ns)], bool)
+        if not own.any():
+            continue
+        bw_start, bw_end = int(fns.ts_ns.min()), int(fns.end_ns.to_numpy(np.int64)[own].max())
+        grads = ct[ct >= bw_start]
+        if not len(grads):
+            continue
+        rows.append((int((grads >= bw_end).sum()), len(grads), bw_end - bw_start, int(grads.min()) - bw_end))
+    if not rows:
+        return None
+    n, total, bw, gap = (float(np.median([row[i] for row in rows])) for i in range(4))
+    if n < total or bw <= 0:
+        return None
+    return int(n), int(total), bw, gap
 
 
 def host_bound(run, ctx) -> list[Candidate]:
