@@ -46,6 +46,38 @@ def _ms(ns) -> str:
     return f"{float(ns) / 1e6:.1f} ms"
 
 
+def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of the spans [start, end)."""
+    if not len(start):
+        return 0
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    run_end = np.maximum.accumulate(e)
+    heads = np.flatnonzero(np.r_[True, s[1:] > run_end[:-1]])
+    return int((np.maximum.reduceat(e, heads) - s[heads]).sum())
+
+
+def pipeline_stages(run) -> dict[int, int] | None:
+    """rank -> pipeline stage of a pipeline-parallel job (run.json's parallel block: pp > 1), None for any
+    other job. The stages' ranks from the block's `stages` list when it has one (tracekit's pipeline demo
+    writes it), else Megatron's default order (pipeline outermost: stage = rank // (world / pp))."""
+    from replay.parallelism import layout
+
+    lay = layout(run)
+    pp = int(lay.get("pp") or 1) if lay else 1
+    if pp < 2:
+        return None
+    par = run.run_manifest().get("parallel") or {}
+    given = par.get("stages")
+    if isinstance(given, list) and len(given) == pp and all(isinstance(x, list) for x in given):
+        return {int(r): s for s, ranks in enumerate(given) for r in ranks}
+    ranks = [int(r) for r in run.sql("SELECT rank FROM ranks ORDER BY rank")["rank"]]
+    world = int(lay.get("dp", 1)) * int(lay.get("tp", 1)) * pp
+    if world != len(ranks) or world % pp:
+        return None  # the traces are not the whole job: which rank is in which stage cannot be told
+    return {r: r // (world // pp) for r in ranks}
+
+
 def _per_rank_step(run):
     """Per rank: median step time and median communication time per step (exposed_comm's figures); a
     rank without steps or collectives there: its ProfilerStep median, else its whole span as one step."""
@@ -75,6 +107,15 @@ def straggler(run, ctx) -> list[Candidate]:
     # a rank's own work per step: its step less the time it spent in collectives; the late ranks are brought
     # to the median of the others (all of them at once: with two late ranks, fixing one saves nothing)
     work = {k: v["step_ns"] - v["comm_ns"] for k, v in per.items()}
+    stage = ctx.get("stages")
+    if stage:
+        # in a pipeline the stages do different work: a rank is a straggler only against its own stage's
+        # ranks (a whole stage that is slower is pipeline_imbalance's finding)
+        late = late[[any(stage.get(k) == stage.get(int(r)) and k != int(r) and k not in set(late["rank"].astype(int))
+                         for k in work) for r in late["rank"]]]
+        if late.empty:
+            return []
+        work = {k: w for k, w in work.items() if stage.get(k) == stage.get(int(late["rank"].iloc[0]))}
     on_time = [w for k, w in work.items() if k not in set(late["rank"].astype(int))]
     if not on_time:
         return []
@@ -390,5 +431,66 @@ def low_mfu(run, ctx) -> list[Candidate]:
         share_pct=share_step)]
 
 
+def pipeline_imbalance(run, ctx) -> list[Candidate]:
+    stage = ctx.get("stages")
+    if not stage:
+        return []
+    _, per = ctx["per_rank"]
+    # each rank's compute per step: the union of its compute kernels on a GPU rank, else of its CPU operators
+    # outside collective calls (a stage blocked in a recv runs no operator), median over the profiled steps
+    df = run.sql("""
+        WITH s AS (SELECT rank, step FROM steps WHERE NOT is_last),
+        gpu_ranks AS (SELECT DISTINCT rank FROM kernels)
+        SELECT k.rank, k.step, k.ts_ns, k.ts_ns + k.dur_ns AS end_ns FROM kernels k SEMI JOIN s USING (rank, step)
+        WHERE k.dur_ns > 0 AND NOT regexp_matches(k.name, '^(nccl|rccl)', 'i')
+        UNION ALL
+        SELECT o.rank, o.step, o.ts_ns, o.ts_ns + o.dur_ns FROM cpu_ops o SEMI JOIN s USING (rank, step)
+        WHERE o.dur_ns > 0 AND o.name NOT LIKE 'c10d::%' AND o.rank NOT IN (SELECT rank FROM gpu_ranks)""")
+    if df.empty:
+        return []
+    compute = {}
+    for r, x in df.groupby("rank"):
+        per_step = [_union_ns(y.ts_ns.to_numpy(np.int64), y.end_ns.to_numpy(np.int64)) for _, y in x.groupby("step")]
+        compute[int(r)] = float(np.median(per_step))
+    stages = sorted({stage[r] for r in compute if r in stage})
+    if len(stages) < 2:
+        return []
+    of_stage = {s_: float(np.mean([c for r, c in compute.items() if stage.get(r) == s_])) for s_ in stages}
+    mean = float(np.mean(list(of_stage.values())))
+    slow = max(stages, key=lambda s_: of_stage[s_])
+    step_ns = max(v["step_ns"] for v in per.values()) if per else 0.0
+    share = 100.0 * (of_stage[slow] - mean) / step_ns if step_ns else 0.0
+    if share < MIN_SHARE_PCT or mean <= 0:
+        return []
+    ranks_of = {s_: sorted(r for r in compute if stage.get(r) == s_) for s_ in stages}
+    # the slow stage's compute brought to the stages' mean. Scaling the lighter stages up by what they would
+    # receive as well was tried on recorded 2-stage runs: the replay then stretched every CPU op of the
+    # receiving stage (its loss, optimizer and framework ops too, not only the moved layers) and predicted no
+    # saving where the balanced run recorded 9% (docs/doctor.md)
+    factor = round(mean / of_stage[slow], 4)
+    who = ", ".join(str(r) for r in ranks_of[slow])
+    figures = "; ".join(f"stage {s_} (rank{'s' if len(ranks_of[s_]) > 1 else ''} "
+                        f"{', '.join(str(r) for r in ranks_of[s_])}) {_ms(of_stage[s_])}" for s_ in stages)
+    n_steps = max((per.get(r, {}).get("steps", 1) for r in compute), default=1)
+    return [Candidate(
+        kind="pipeline_imbalance", rank=ranks_of[slow][0] if len(ranks_of[slow]) == 1 else None,
+        title=f"pipeline stage {slow} computes {of_stage[slow] / mean:.2f}x the stages' mean per step; the other "
+              "stages wait for it in bubbles",
+        evidence=[_ev("events", f"compute per step (median over {n_steps} step(s); compute kernels on a GPU rank, "
+                      f"else CPU operators outside collective calls): {figures}; the stages' mean "
+                      f"{_ms(mean)}, stage {slow} {_ms(of_stage[slow] - mean)} above it, "
+                      f"{share:.1f}% of the {_ms(step_ns)} step")],
+        fix=f"move layers from stage {slow} (rank{'s' if len(ranks_of[slow]) > 1 else ''} {who}) to the lighter "
+            "stages, or give the first and last stages fewer layers to carry the embedding and the loss "
+            "(Megatron: --decoder-first/last-pipeline-num-layers; torch.distributed.pipelining: split_spec)",
+        scenario={"compute": {"rank_slowdown": {str(r): factor for r in ranks_of[slow]}}},
+        confidence="medium",
+        assumptions=f"stage {slow}'s compute scaled to the stages' mean (x{factor:.3f}), the other stages unchanged: "
+                    "the compute the moved layers add to them is taken to fit in their bubbles (optimistic where "
+                    "it does not); layers come in whole units, so a real split lands near, not on, the mean; the "
+                    "activations sent between stages keep their measured transfer",
+        share_pct=share)]
+
+
 DETECTORS = (straggler, exposed_communication, host_bound, data_loading, sync_stalls, small_kernels,
-             memory_headroom, low_mfu)
+             memory_headroom, low_mfu, pipeline_imbalance)
