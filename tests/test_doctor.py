@@ -92,6 +92,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     assert res.output.startswith("error: ") and res.output.count("\n") == 1 and "Traceback" not in res.output
 
 
+def test_a_malformed_parallel_block_is_one_line_and_exit_2(tmp_path):
+    d = _gpu_trace(tmp_path / "t")
+    (d / "run.json").write_text(json.dumps({"parallel": {"dp": 1, "pp": "two"}}))
+    res = CliRunner().invoke(cli, ["doctor", str(d), "--store", str(tmp_path / "st")])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: run.json") and res.output.count("\n") == 1 and "Traceback" not in res.output
+
+
 def test_scenario_toml_reads_back():
     doc = {"compute": {"rank_slowdown": {"1": 0.35, "6": 0.5}, "cpu_scale": 2.0},
            "network": {"model": "links", "bandwidth_scale": 2.0}}
@@ -182,6 +190,14 @@ def test_an_unbalanced_pipeline_names_its_slow_stage_with_a_plausible_saving(tmp
     d = tmp_path / "pp"  # 2 stages, 1F1B over 4 micro-batches; stage 0 holds 5 of the 6 equal blocks
     run(PipelineConfig(out_dir=str(d), stage_layers=(5, 1), d_model=384, batch_size=64, micro_batches=4, steps=3,
                        warmup=1, timed_steps=0))
+    with tracekit.open(str(d), store=str(tmp_path / "st")) as run:
+        # each send met its own recv (not the n-th p2p op of the other rank), and the replay reproduces the run
+        co = run.analyze("collectives")
+        assert set(co.match_by) == {"p2p"}
+        assert all(sorted(x.op) == ["recv", "send"] and sorted(x["rank"]) == [0, 1] for _, x in co.groupby("match_key"))
+        import replay
+
+        assert replay.run(run).summary().error_pct.abs().max() < 0.5
     res = CliRunner().invoke(cli, ["doctor", str(d), "--store", str(tmp_path / "st"), "--format", "json",
                                    "--out", str(tmp_path / "fixes")])
     assert res.exit_code == 0, res.output

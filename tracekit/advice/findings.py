@@ -63,14 +63,19 @@ def pipeline_stages(run) -> dict[int, int] | None:
     writes it), else Megatron's default order (pipeline outermost: stage = rank // (world / pp))."""
     from replay.parallelism import layout
 
-    lay = layout(run)
-    pp = int(lay.get("pp") or 1) if lay else 1
+    from ..errors import TracekitError
+
+    par = run.run_manifest().get("parallel") or {}
+    try:
+        lay = layout(run)
+        pp = int(lay.get("pp") or 1) if lay else 1
+        given = par.get("stages")
+        if pp >= 2 and isinstance(given, list) and len(given) == pp and all(isinstance(x, list) for x in given):
+            return {int(r): s for s, ranks in enumerate(given) for r in ranks}
+    except (TypeError, ValueError):
+        raise TracekitError(f"run.json: the parallel block's degrees and stages must be integers, got {par!r}") from None
     if pp < 2:
         return None
-    par = run.run_manifest().get("parallel") or {}
-    given = par.get("stages")
-    if isinstance(given, list) and len(given) == pp and all(isinstance(x, list) for x in given):
-        return {int(r): s for s, ranks in enumerate(given) for r in ranks}
     ranks = [int(r) for r in run.sql("SELECT rank FROM ranks ORDER BY rank")["rank"]]
     world = int(lay.get("dp", 1)) * int(lay.get("tp", 1)) * pp
     if world != len(ranks) or world % pp:
