@@ -45,8 +45,9 @@ def _span(ranks) -> str:
 
 def load(run, ranks) -> Loaded:
     return Loaded(cpu=_async_annotations_out(query(run, "_graph_cpu", ranks=ranks)),
-                  gpu=query(run, "_graph_gpu", ranks=ranks), cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks), steps=query(run, "_graph_steps", ranks=ranks),
-                  hosts=_hosts(run), comm=comm_participants(run, ranks))
+                  gpu=query(run, "_graph_gpu", ranks=ranks), cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks),
+                  steps=query(run, "_graph_steps", ranks=ranks), hosts=_hosts(run),
+                  comm=comm_participants(run, ranks))
 
 
 def _hosts(run) -> pd.DataFrame:
