@@ -471,7 +471,7 @@ def pipeline_imbalance(run, ctx) -> list[Candidate]:
     # the slow stage's compute brought to the stages' mean. Scaling the lighter stages up by what they would
     # receive as well was tried on recorded 2-stage runs: the replay then stretched every CPU op of the
     # receiving stage (its loss, optimizer and framework ops too, not only the moved layers) and predicted no
-    # saving where the balanced run recorded 9% (docs/doctor.md)
+    # saving where the balanced run recorded 7% less, 18.5 -> 17.2 ms (docs/doctor.md)
     factor = round(mean / of_stage[slow], 4)
     who = ", ".join(str(r) for r in ranks_of[slow])
     figures = "; ".join(f"stage {s_} (rank{'s' if len(ranks_of[s_]) > 1 else ''} "
