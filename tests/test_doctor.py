@@ -100,6 +100,29 @@ def test_a_malformed_parallel_block_is_one_line_and_exit_2(tmp_path):
     assert res.output.startswith("error: run.json") and res.output.count("\n") == 1 and "Traceback" not in res.output
 
 
+def test_pipeline_stages_from_run_json_or_from_megatron_process_groups(tmp_path):
+    from tracekit.advice.findings import pipeline_stages
+
+    from .conftest import tiny_events, write_trace
+
+    d = tmp_path / "mg"  # 4 ranks, pp = 2 x dp = 2 as Megatron lays them out; no run.json
+    for r in range(4):
+        groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]},
+                  {"pg_name": "1", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP", "pg_size": 2,
+                   "ranks": [r % 2, r % 2 + 2]},
+                  {"pg_name": "2", "pg_desc": "DATA_PARALLEL_GROUP", "pg_size": 2, "ranks": [r // 2 * 2, r // 2 * 2 + 1]}]
+        write_trace(d / f"rank{r}.trace.json", tiny_events(), rank=None,
+                    extra={"distributedInfo": {"backend": "nccl", "rank": r, "world_size": 4, "pg_config": groups}})
+    with tracekit.open(str(d), store=str(tmp_path / "st")) as run:
+        assert pipeline_stages(run) == {0: 0, 1: 0, 2: 1, 3: 1}
+    (d / "run.json").write_text(json.dumps({"parallel": {"dp": 4, "tp": 1, "pp": 1}}))
+    with tracekit.open(str(d), store=str(tmp_path / "st2")) as run:
+        assert pipeline_stages(run) is None  # run.json says there is no pipeline
+    (d / "run.json").write_text(json.dumps({"parallel": {"dp": 2, "tp": 1, "pp": 2}}))
+    with tracekit.open(str(d), store=str(tmp_path / "st3")) as run:
+        assert pipeline_stages(run) == {0: 0, 1: 0, 2: 1, 3: 1}  # Megatron's order: pipeline outermost
+
+
 def test_scenario_toml_reads_back():
     doc = {"compute": {"rank_slowdown": {"1": 0.35, "6": 0.5}, "cpu_scale": 2.0},
            "network": {"model": "links", "bandwidth_scale": 2.0}}

@@ -58,9 +58,11 @@ def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
 
 
 def pipeline_stages(run) -> dict[int, int] | None:
-    """rank -> pipeline stage of a pipeline-parallel job (run.json's parallel block: pp > 1), None for any
-    other job. The stages' ranks from the block's `stages` list when it has one (tracekit's pipeline demo
-    writes it), else Megatron's default order (pipeline outermost: stage = rank // (world / pp))."""
+    """rank -> pipeline stage of a pipeline-parallel job, None for any other job. From run.json's parallel
+    block when it says pp > 1: its `stages` list when it has one (tracekit's pipeline demo writes it), else
+    Megatron's default order (pipeline outermost: stage = rank // (world / pp)). Without run.json, from the
+    traces' distributedInfo: a process group described as a pipeline group (Megatron's
+    PIPELINE_MODEL_PARALLEL_GROUP) holds one rank per stage, in stage order."""
     from replay.parallelism import layout
 
     from ..errors import TracekitError
@@ -75,12 +77,37 @@ def pipeline_stages(run) -> dict[int, int] | None:
     except (TypeError, ValueError):
         raise TracekitError(f"run.json: the parallel block's degrees and stages must be integers, got {par!r}") from None
     if pp < 2:
-        return None
+        return None if par.get("dp") else _stages_from_process_groups(run)
     ranks = [int(r) for r in run.sql("SELECT rank FROM ranks ORDER BY rank")["rank"]]
     world = int(lay.get("dp", 1)) * int(lay.get("tp", 1)) * pp
     if world != len(ranks) or world % pp:
         return None  # the traces are not the whole job: which rank is in which stage cannot be told
     return {r: r // (world // pp) for r in ranks}
+
+
+def _stages_from_process_groups(run) -> dict[int, int] | None:
+    """rank -> stage from the pipeline process groups the traces' distributedInfo names (pg_desc containing
+    'pipeline', as Megatron's PIPELINE_MODEL_PARALLEL_GROUP; embedding groups left out): a rank's stage is
+    its place in its pipeline group. None when no trace names one, or the groups disagree."""
+    import json
+
+    out = {}
+    for doc in run.sql("SELECT distributed_info_json FROM ranks").distributed_info_json.dropna():
+        try:
+            groups = json.loads(doc).get("pg_config") or []
+        except (ValueError, AttributeError):
+            continue
+        for g in groups if isinstance(groups, list) else []:
+            desc = str(g.get("pg_desc", "")) if isinstance(g, dict) else ""
+            ranks = g.get("ranks") if isinstance(g, dict) else None
+            if "pipeline" not in desc.lower() or "embedding" in desc.lower() or not isinstance(ranks, list):
+                continue
+            if len(ranks) < 2:
+                continue
+            for s_, x in enumerate(ranks):
+                if out.setdefault(int(x), s_) != s_:
+                    return None
+    return out or None
 
 
 def _per_rank_step(run):
