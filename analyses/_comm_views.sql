@@ -77,7 +77,7 @@ FROM (SELECT *, coalesce(json_array_length(distributed_info_json, '$.pg_config')
 -- with collective metadata that no c10d op encloses (older NCCL builds record only those).
 CREATE OR REPLACE TEMP TABLE _comm_calls AS
 WITH c10d AS (
-  SELECT rank, event_id, name, pid, tid, ts_ns, end_ns, step, input_dims, input_types
+  SELECT rank, event_id, name, pid, tid, ts_ns, end_ns, step, input_dims, input_types, concrete_inputs
   FROM cpu_ops WHERE name LIKE 'c10d::%' AND _comm_op(name) IS NOT NULL
 ),
 rpc AS (
@@ -185,7 +185,13 @@ from_calls AS (
            AS size_source,
          coalesce(c.group_size, k.group_size) AS group_size, coalesce(c.pg_name, k.pg_name) AS pg_name,
          coalesce(c.pg_desc, k.pg_desc) AS pg_desc, coalesce(c.pg_ranks, k.pg_ranks) AS pg_ranks_text,
-         coalesce(c.seq, k.seq) AS seq, coalesce(c.comms_id, k.comms_id) AS comms_id
+         coalesce(c.seq, k.seq) AS seq, coalesce(c.comms_id, k.comms_id) AS comms_id,
+         -- c10d::send(tensors, group, dstRank, tag) / c10d::recv_(tensors, group, srcRank, tag): the peer (a
+         -- rank of the group) and the tag, from the call's Concrete Inputs
+         CASE WHEN _comm_op(c.name) IN ('send', 'recv')
+              THEN TRY_CAST(json_extract_string(c.concrete_inputs, '$[2]') AS BIGINT) END AS p2p_peer,
+         CASE WHEN _comm_op(c.name) IN ('send', 'recv')
+              THEN TRY_CAST(json_extract_string(c.concrete_inputs, '$[3]') AS BIGINT) END AS p2p_tag
   FROM _comm_calls c
   LEFT JOIN kagg k ON k.rank = c.rank AND k.call_event_id = c.event_id
   LEFT JOIN _comm_nested_annotations n ON n.rank = c.rank AND n.call_event_id = c.event_id
@@ -199,7 +205,8 @@ from_kernels AS (
          NULL::BIGINT AS runloop_tid, NULL::BIGINT AS runloop_start_ns, NULL::BIGINT AS runloop_end_ns,
          k.coll_name, coalesce(k.coll_dtype, _comm_kernel_dtype(k.name)) AS dtype, k.in_msg_nelems AS in_nelems,
          k.out_msg_nelems AS out_nelems, CASE WHEN k.in_msg_nelems IS NOT NULL THEN 'args' END AS size_source,
-         k.group_size, k.pg_name, k.pg_desc, k.pg_ranks AS pg_ranks_text, k.seq, k.comms_id
+         k.group_size, k.pg_name, k.pg_desc, k.pg_ranks AS pg_ranks_text, k.seq, k.comms_id,
+         NULL::BIGINT AS p2p_peer, NULL::BIGINT AS p2p_tag
   FROM _comm_kernels k
   WHERE NOT EXISTS (SELECT 1 FROM _comm_call_kernels x WHERE x.rank = k.rank AND x.event_id = k.event_id)
 ),
@@ -227,7 +234,18 @@ SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ra
             THEN greatest(t.in_nelems, coalesce(t.out_nelems, t.in_nelems))
             ELSE t.in_nelems END * t.elem_bytes AS bytes,
        row_number() OVER (PARTITION BY t.rank, coalesce(t.group_name, '') ORDER BY coalesce(t.cpu_start_ns, t.kernel_start_ns),
-                          coalesce(t.cpu_event_id, t.kernel_event_id)) AS ordinal
+                          coalesce(t.cpu_event_id, t.kernel_event_id)) AS ordinal,
+       -- a send and its recv: the n-th send from src to dst with a tag meets the n-th recv at dst from src with
+       -- that tag (a rank's sends and recvs interleave differently on its two ends: a pipeline stage sends
+       -- activations forward while its neighbour sends gradients back, so the group's ordinal does not pair them)
+       CASE WHEN t.p2p_peer IS NOT NULL AND t.op IN ('send', 'recv') THEN
+         CASE WHEN t.op = 'send' THEN t.rank ELSE coalesce(t.group_ranks[t.p2p_peer + 1], t.p2p_peer) END END AS p2p_src,
+       CASE WHEN t.p2p_peer IS NOT NULL AND t.op IN ('send', 'recv') THEN
+         CASE WHEN t.op = 'recv' THEN t.rank ELSE coalesce(t.group_ranks[t.p2p_peer + 1], t.p2p_peer) END END AS p2p_dst,
+       CASE WHEN t.p2p_peer IS NOT NULL AND t.op IN ('send', 'recv') THEN
+         row_number() OVER (PARTITION BY t.rank, coalesce(t.group_name, ''), t.op, t.p2p_peer, t.p2p_tag
+                            ORDER BY coalesce(t.cpu_start_ns, t.kernel_start_ns), coalesce(t.cpu_event_id, t.kernel_event_id))
+       END AS p2p_ordinal
 FROM typed t;
 
 -- _comm_inspector_rows: NCCL Inspector records as collectives rows. The key is (comm hash, coll_sn), which
@@ -263,9 +281,12 @@ SELECT r.*,
        CASE WHEN r.timeline = 'cpu' THEN greatest(r.runloop_start_ns - r.cpu_start_ns, 0) END AS queued_ns,
        CASE r.timeline WHEN 'gpu' THEN r.kernel_end_ns WHEN 'cpu' THEN greatest(r.runloop_end_ns, r.cpu_end_ns) END
          + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS end_ns,
-       CASE WHEN r.comms_id IS NOT NULL THEN 'comms_id' WHEN r.seq IS NOT NULL THEN 'seq' ELSE 'ordinal' END AS match_by,
+       CASE WHEN r.comms_id IS NOT NULL THEN 'comms_id' WHEN r.seq IS NOT NULL THEN 'seq'
+            WHEN r.p2p_ordinal IS NOT NULL THEN 'p2p' ELSE 'ordinal' END AS match_by,
        CASE WHEN r.comms_id IS NOT NULL THEN 'id:' || r.comms_id
             WHEN r.seq IS NOT NULL THEN 'pg:' || coalesce(r.pg_name, 'world') || ':seq:' || r.seq
+            WHEN r.p2p_ordinal IS NOT NULL THEN 'p2p:' || coalesce(r.pg_name, 'world') || ':' || r.p2p_src || '>'
+                 || r.p2p_dst || ':tag:' || coalesce(r.p2p_tag, 0) || ':n:' || r.p2p_ordinal
             ELSE 'pg:' || coalesce(r.pg_name, 'world') || ':n:' || r.ordinal END AS match_key
 FROM _comm_rows_raw r
 LEFT JOIN _comm_clock_offsets o ON o.rank = r.rank

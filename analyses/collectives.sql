@@ -8,9 +8,10 @@
 -- @column rank              global rank
 -- @column source            kineto (the traces) | nccl_inspector (NCCL Inspector logs in the trace directory)
 -- @column step              ProfilerStep#N of the call (of the kernel's launch without a call)
--- @column match_key         cross-rank key: id:<Comms Id>, else pg:<group>:seq:<Seq>, else pg:<group>:n:<ordinal>;
---                           Inspector rows: nccl:<comm hash>:sn:<coll_sn>
--- @column match_by          comms_id | seq | ordinal
+-- @column match_key         cross-rank key: id:<Comms Id>, else pg:<group>:seq:<Seq>, else for a c10d send / recv
+--                           whose call names its peer p2p:<group>:<src>><dst>:tag:<tag>:n:<n-th such message>,
+--                           else pg:<group>:n:<ordinal>; Inspector rows: nccl:<comm hash>:sn:<coll_sn>
+-- @column match_by          comms_id | seq | p2p | ordinal
 -- @column ordinal           n-th collective of this process group on this rank, by time
 -- @column pg_name           process group name ('world'-keyed NULL when the trace does not say)
 -- @column pg_desc           process group description

@@ -9,7 +9,7 @@
 -- and complete is false.
 --
 -- @column match_key         cross-rank key (see collectives)
--- @column match_by          comms_id | seq | ordinal | inspector
+-- @column match_by          comms_id | seq | p2p | ordinal | inspector
 -- @column source            kineto | nccl_inspector (the same collective can appear once from each)
 -- @column op                collective op (the most common across participants)
 -- @column pg_name           process group name (NULL when the trace does not say)

@@ -14,9 +14,14 @@
 -- @column cpu_tid           thread of that call
 -- @column kernel_event_id   event_id of the first NCCL/RCCL kernel the call launched (NULL on cpu timelines)
 -- @column runloop_event_id  event_id of the gloo runloop's annotation paired with the call (NULL: none)
+-- @column nested_end_ns     end of the gloo:* annotation that opens inside the call on its own thread, when it
+--                           outlasts the call: gloo's send and recv run on the caller, and their annotation
+--                           closes when the message has gone (or come); NULL: none
 SELECT r.rank, r.match_key, r.op, r.bytes, r.group_size, r.pg_name, r.pg_ranks, r.timeline,
-       r.cpu_event_id, r.cpu_tid, r.kernel_event_id, p.event_id AS runloop_event_id
+       r.cpu_event_id, r.cpu_tid, r.kernel_event_id, p.event_id AS runloop_event_id,
+       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.end_ns END AS nested_end_ns
 FROM _comm_trace_rows r
 LEFT JOIN _comm_loose_pairs p ON p.rank = r.rank AND p.call_event_id = r.cpu_event_id
+LEFT JOIN _comm_nested_annotations n ON n.rank = r.rank AND n.call_event_id = r.cpu_event_id
 WHERE r.rank IN (SELECT unnest($ranks::BIGINT[])) AND r.timeline IN ('gpu', 'cpu')
 ORDER BY r.match_key, r.rank

@@ -417,8 +417,9 @@ def rank_devices(run, devices=None) -> dict:
     return out
 
 
-def mfu(run, by_step: bool = False, catalog: str | None = None):
-    ops = op_table(run)
+def mfu(run, by_step: bool = False, catalog: str | None = None, *, ops: pd.DataFrame | None = None):
+    """ops: op_table(run) when the caller has built it already (doctor reads mfu and roofline off one table)."""
+    ops = op_table(run) if ops is None else ops
     steps = run.sql("SELECT rank, step, ts_ns, end_ns, dur_ns, is_last FROM steps ORDER BY rank, step")
     # the last step of a rank is left out where it has others (it often holds the profiler's teardown)
     others = steps.groupby("rank").is_last.transform(lambda x: (~x).any())
@@ -459,8 +460,9 @@ def mfu(run, by_step: bool = False, catalog: str | None = None):
     return with_note(out[list(MFU_COLUMNS)], note)
 
 
-def roofline(run, catalog: str | None = None):
-    ops = op_table(run)
+def roofline(run, catalog: str | None = None, *, ops: pd.DataFrame | None = None):
+    """ops: op_table(run) when the caller has built it already (as mfu)."""
+    ops = op_table(run) if ops is None else ops
     ops = ops[ops.flops.notna() & ops.kernel_ns.notna() & (ops.kernel_ns.fillna(0) > 0)]
     if ops.empty:
         return with_note(pd.DataFrame(columns=list(ROOFLINE_COLUMNS)),

@@ -39,8 +39,12 @@ class Analysis:
 
     @property
     def parameters(self) -> dict[str, inspect.Parameter]:
-        return dict(list(inspect.signature(self.func).parameters.items())[1:])
+        return {k: p for k, p in list(inspect.signature(self.func).parameters.items())[1:] if k not in PYTHON_ONLY}
 
+
+# parameters a Python caller passes and a command line cannot: a prebuilt input (doctor builds the FLOPs op
+# table once and hands it to mfu and roofline)
+PYTHON_ONLY = frozenset({"ops"})
 
 _ANALYSES = (
     Analysis("temporal_breakdown", "temporal_breakdown", "idle / compute / non-compute time per rank or step"),

@@ -6,7 +6,8 @@
 Checks (the doctor issue): on the run with an injected slow rank the top finding is `straggler` naming it,
 its predicted step within 15% of the same job recorded without the slow rank; on the link-bound run the top
 finding is `exposed_communication`, its "links 2x" prediction within 5% of the run recorded at twice the
-rate. Then the findings on the shared GPU traces and doctor's wall time on megatron_tp8 (target < 10 s).
+rate; on a 2-stage pipeline with 3 + 1 equal blocks, the `pipeline_imbalance` prediction against the same
+model recorded 2 + 2 (three takes; no target, the error is reported). Then the findings on the shared GPU traces and doctor's wall time on megatron_tp8 (target < 10 s).
 """
 from __future__ import annotations
 
@@ -35,9 +36,13 @@ def validation(runs_dir: Path, tmp: str) -> list[str]:
 
     out = ["| case | run | top finding | measured step (ms) | predicted (ms) | recorded under the fix (ms) | error | target |",
            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for label, src, dst, kind, target in (
-            ("rank 1 sleeps 40 ms per step", "straggler", "no_straggler", "straggler", 15.0),
-            ("link-bound DDP at 100 Mbit/s", "link_bound_100mbit", "link_bound_200mbit", "exposed_communication", 5.0)):
+    cases = [("rank 1 sleeps 40 ms per step", "straggler", "no_straggler", "straggler", 15.0),
+             ("link-bound DDP at 100 Mbit/s", "link_bound_100mbit", "link_bound_200mbit", "exposed_communication", 5.0)]
+    # the 2-stage pipelines: no target in the issue; the error is reported, the finding checked
+    takes = sorted(p.name.rsplit("_", 1)[1] for p in runs_dir.glob("pp_unbalanced_*") if p.is_dir())
+    cases += [(f"2-stage pipeline, 3 + 1 blocks (take {i})", f"pp_unbalanced_{i}", f"pp_balanced_{i}",
+               "pipeline_imbalance", None) for i in takes]
+    for label, src, dst, kind, target in cases:
         if not (runs_dir / src).is_dir() or not (runs_dir / dst).is_dir():
             print(f"missing {runs_dir / src} or {runs_dir / dst}: record them with scripts/record_doctor_runs.sh",
                   file=sys.stderr)
@@ -45,13 +50,21 @@ def validation(runs_dir: Path, tmp: str) -> list[str]:
         run = tracekit.open(str(runs_dir / src), store=os.path.join(tmp, src))
         fs = doctor(run)
         top = fs[0]
+        mine = next((f for f in fs if f["kind"] == kind), None)  # the finding under test, where it is not the top
         ref = _measured(tracekit.open(str(runs_dir / dst), store=os.path.join(tmp, dst)))
-        err = 100.0 * (top["predicted_step_ns"] - ref) / ref
-        ok = top["kind"] == kind and abs(err) <= target
         name = top["kind"] + (f" (rank {top['rank']})" if top["rank"] is not None else "")
-        out.append(f"| {label} | `{src}` | {name} | {top['measured_step_ns'] / 1e6:.1f} | "
-                   f"{top['predicted_step_ns'] / 1e6:.1f} | {ref / 1e6:.1f} (`{dst}`) | {err:+.1f}% | "
-                   f"{'met' if ok else 'NOT met'}: {kind}, within {target:.0f}% |")
+        if mine is None or mine["predicted_step_ns"] is None:
+            out.append(f"| {label} | `{src}` | {name} | {top['measured_step_ns'] / 1e6:.1f} | no {kind} | "
+                       f"{ref / 1e6:.1f} (`{dst}`) | | NOT met: no {kind} finding |")
+            continue
+        err = 100.0 * (mine["predicted_step_ns"] - ref) / ref
+        if target is None:
+            verdict = f"{kind} found; no target"
+        else:
+            ok = top["kind"] == kind and abs(err) <= target
+            verdict = f"{'met' if ok else 'NOT met'}: {kind}, within {target:.0f}%"
+        out.append(f"| {label} | `{src}` | {name} | {mine['measured_step_ns'] / 1e6:.1f} | "
+                   f"{mine['predicted_step_ns'] / 1e6:.1f} | {ref / 1e6:.1f} (`{dst}`) | {err:+.1f}% | {verdict} |")
     return out
 
 

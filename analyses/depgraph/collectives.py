@@ -126,8 +126,8 @@ def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.
     collective it belongs to (_own_wakes)."""
     out = np.full(len(rows), -1, np.int64)
     la = rows.match_key.map(last_arrival).to_numpy(np.int64)
-    for i, (tl, r, pid, tid, end) in enumerate(zip(rows.timeline, rows["rank"], rows.call_pid, rows.call_tid,
-                                                   rows.end_ns)):
+    ends = _completion(rows)
+    for i, (tl, r, pid, tid, end) in enumerate(zip(rows.timeline, rows["rank"], rows.call_pid, rows.call_tid, ends)):
         if tl != "cpu" or pd.isna(pid) or pd.isna(tid):
             continue
         sp = spans.get((int(r), int(pid), int(tid)))
@@ -155,17 +155,27 @@ def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.
             out[i] = gs[js[late][np.argmax(covered[late])] + 1]
         elif covered.max() * 2 >= window:  # else a wait covering most of the window
             out[i] = gs[js[np.argmax(covered)] + 1]
-    return _own_wakes(out, rows)
+    return _own_wakes(out, rows, ends)
 
 
-def _own_wakes(wake: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
+def _completion(rows: pd.DataFrame) -> np.ndarray:
+    """When each participant's collective completed on its rank: its end, or for gloo's send and recv, whose
+    call returns before the message has gone or come (the caller then blocks in work.wait(), which records
+    no event), the end of the gloo annotation that opened inside the call (nested_end_ns)."""
+    ends = rows.end_ns.to_numpy(np.int64)
+    if "nested_end_ns" not in rows:
+        return ends
+    nested = rows.nested_end_ns.to_numpy("float64", na_value=np.nan)
+    return np.where(np.isnan(nested), ends, np.maximum(ends, np.nan_to_num(nested).astype(np.int64)))
+
+
+def _own_wakes(wake: np.ndarray, rows: pd.DataFrame, ends: np.ndarray) -> np.ndarray:
     """Keep a wake-up only where it is this collective's: when several of a rank's collectives are in flight
     (DDP buckets on gloo's worker threads), the caller blocks in the first one's wait() and wakes when that
     one completes, inside the later ones' windows too; a wake belongs to the rank's collective whose runloop
-    work ended nearest to it."""
+    work ended (ends: its completion) nearest to it."""
     out = wake.copy()
     ranks = rows["rank"].to_numpy(np.int64)
-    ends = rows.end_ns.to_numpy(np.int64)
     cpu = (rows.timeline == "cpu").to_numpy(bool)
     for r in np.unique(ranks[wake >= 0]):
         mine = np.flatnonzero((ranks == r) & cpu)

@@ -44,9 +44,10 @@ def _span(ranks) -> str:
 
 
 def load(run, ranks) -> Loaded:
-    return Loaded(cpu=query(run, "_graph_cpu", ranks=ranks), gpu=query(run, "_graph_gpu", ranks=ranks),
-                  cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks), steps=query(run, "_graph_steps", ranks=ranks),
-                  hosts=_hosts(run), comm=comm_participants(run, ranks))
+    return Loaded(cpu=_async_annotations_out(query(run, "_graph_cpu", ranks=ranks)),
+                  gpu=query(run, "_graph_gpu", ranks=ranks), cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks),
+                  steps=query(run, "_graph_steps", ranks=ranks), hosts=_hosts(run),
+                  comm=comm_participants(run, ranks))
 
 
 def _hosts(run) -> pd.DataFrame:
@@ -58,3 +59,23 @@ def _hosts(run) -> pd.DataFrame:
     if label:
         hosts["hostname"] = [label.get(int(r), h) for r, h in zip(hosts["rank"], hosts.hostname)]
     return hosts
+
+
+def _async_annotations_out(cpu: pd.DataFrame) -> pd.DataFrame:
+    """gloo's send and recv run on the caller's thread, and their gloo:* annotation opens inside the c10d
+    call but closes when the message has gone (or come), while the thread runs on: an async span, not work
+    of that thread, which would cut the thread's later ops (and the call, the collective's participant) into
+    pieces. Such an annotation (one that outlasts the call it opened in) is left out; its end is the
+    collective's completion on that rank (comm_participants' nested_end_ns)."""
+    if cpu.empty:
+        return cpu
+    ann = cpu[(cpu.cat == "user_annotation") & cpu.name.str.startswith("gloo:")]
+    if ann.empty:
+        return cpu
+    calls = cpu[(cpu.cat == "cpu_op") & cpu.name.str.startswith("c10d::")]
+    calls = calls.assign(call_end=calls.ts_ns + calls.dur_ns)[["rank", "pid", "tid", "ts_ns", "call_end"]]
+    a = ann[["rank", "pid", "tid", "ts_ns", "dur_ns"]].reset_index()
+    opened_in = pd.merge_asof(a.sort_values("ts_ns"), calls.sort_values("ts_ns"), on="ts_ns",
+                              by=["rank", "pid", "tid"], direction="backward")
+    outlast = opened_in.call_end.notna() & (opened_in.ts_ns + opened_in.dur_ns > opened_in.call_end)
+    return cpu.drop(index=opened_in.loc[outlast, "index"].to_numpy())

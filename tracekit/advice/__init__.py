@@ -21,7 +21,7 @@ from .toml import dumps as scenario_toml
 
 FIELDS = {
     "kind": "straggler | exposed_communication | host_bound | data_loading | sync_stalls | small_kernels | "
-            "memory_headroom | low_mfu",
+            "memory_headroom | low_mfu | pipeline_imbalance",
     "rank": "the rank it is about; null when job-wide",
     "title": "one line",
     "evidence": "list of {analysis, figure}: the analyses' figures that show it",
@@ -42,9 +42,9 @@ def doctor(run, *, out_dir: str | None = None) -> list[dict]:
     from replay.scenario import scenario_from_dict
     from replay.whatif import whatif
 
-    from .findings import _per_rank_step
+    from .findings import _per_rank_step, pipeline_stages
 
-    ctx = {"per_rank": _per_rank_step(run)}
+    ctx = {"per_rank": _per_rank_step(run), "stages": pipeline_stages(run)}
     cands: list[Candidate] = []
     for detect in DETECTORS:
         cands += detect(run, ctx)
@@ -72,7 +72,8 @@ def doctor(run, *, out_dir: str | None = None) -> list[dict]:
 
 
 def _name(c: Candidate) -> str:
-    return c.kind if c.rank is None else f"{c.kind}_rank{c.rank}"
+    name = c.kind if c.rank is None else f"{c.kind}_rank{c.rank}"
+    return f"{name}_{c.variant}" if c.variant else name
 
 
 __all__ = ["FIELDS", "doctor"]

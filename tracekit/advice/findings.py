@@ -35,6 +35,7 @@ class Candidate:
     assumptions: str
     share_pct: float = 0.0  # the evidence's share of the step, for the order of unpredicted findings
     extra: dict = field(default_factory=dict)
+    variant: str = ""  # a second finding of the same kind and rank: its name's suffix
 
 
 def _ev(analysis: str, figure: str) -> dict:
@@ -43,6 +44,70 @@ def _ev(analysis: str, figure: str) -> dict:
 
 def _ms(ns) -> str:
     return f"{float(ns) / 1e6:.1f} ms"
+
+
+def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of the spans [start, end)."""
+    if not len(start):
+        return 0
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    run_end = np.maximum.accumulate(e)
+    heads = np.flatnonzero(np.r_[True, s[1:] > run_end[:-1]])
+    return int((np.maximum.reduceat(e, heads) - s[heads]).sum())
+
+
+def pipeline_stages(run) -> dict[int, int] | None:
+    """rank -> pipeline stage of a pipeline-parallel job, None for any other job. From run.json's parallel
+    block when it says pp > 1: its `stages` list when it has one (tracekit's pipeline demo writes it), else
+    Megatron's default order (pipeline outermost: stage = rank // (world / pp)). Without run.json, from the
+    traces' distributedInfo: a process group described as a pipeline group (Megatron's
+    PIPELINE_MODEL_PARALLEL_GROUP) holds one rank per stage, in stage order."""
+    from replay.parallelism import layout
+
+    from ..errors import TracekitError
+
+    par = run.run_manifest().get("parallel") or {}
+    try:
+        lay = layout(run)
+        pp = int(lay.get("pp") or 1) if lay else 1
+        given = par.get("stages")
+        if pp >= 2 and isinstance(given, list) and len(given) == pp and all(isinstance(x, list) for x in given):
+            return {int(r): s for s, ranks in enumerate(given) for r in ranks}
+    except (TypeError, ValueError):
+        raise TracekitError(f"run.json: the parallel block's degrees and stages must be integers, got {par!r}") from None
+    if pp < 2:
+        return None if par.get("dp") else _stages_from_process_groups(run)
+    ranks = [int(r) for r in run.sql("SELECT rank FROM ranks ORDER BY rank")["rank"]]
+    world = int(lay.get("dp", 1)) * int(lay.get("tp", 1)) * pp
+    if world != len(ranks) or world % pp:
+        return None  # the traces are not the whole job: which rank is in which stage cannot be told
+    return {r: r // (world // pp) for r in ranks}
+
+
+def _stages_from_process_groups(run) -> dict[int, int] | None:
+    """rank -> stage from the pipeline process groups the traces' distributedInfo names (pg_desc containing
+    'pipeline', as Megatron's PIPELINE_MODEL_PARALLEL_GROUP; embedding groups left out): a rank's stage is
+    its place in its pipeline group. None when no trace names one, or the groups disagree."""
+    import json
+
+    out = {}
+    for doc in run.sql("SELECT distributed_info_json FROM ranks").distributed_info_json.dropna():
+        try:
+            groups = json.loads(doc).get("pg_config") or []
+        except (ValueError, AttributeError):
+            continue
+        for g in groups if isinstance(groups, list) else []:
+            desc = str(g.get("pg_desc", "")) if isinstance(g, dict) else ""
+            ranks = g.get("ranks") if isinstance(g, dict) else None
+            if "pipeline" not in desc.lower() or "embedding" in desc.lower() or not isinstance(ranks, list):
+                continue
+            if len(ranks) < 2:
+                continue
+            for s_, x in enumerate(ranks):
+                if out.setdefault(int(x), s_) != s_:
+                    return None
+    return out or None
 
 
 def _per_rank_step(run):
@@ -74,6 +139,15 @@ def straggler(run, ctx) -> list[Candidate]:
     # a rank's own work per step: its step less the time it spent in collectives; the late ranks are brought
     # to the median of the others (all of them at once: with two late ranks, fixing one saves nothing)
     work = {k: v["step_ns"] - v["comm_ns"] for k, v in per.items()}
+    stage = ctx.get("stages")
+    if stage:
+        # in a pipeline the stages do different work: a rank is a straggler only against its own stage's
+        # ranks (a whole stage that is slower is pipeline_imbalance's finding)
+        late = late[[any(stage.get(k) == stage.get(int(r)) and k != int(r) and k not in set(late["rank"].astype(int))
+                         for k in work) for r in late["rank"]]]
+        if late.empty:
+            return []
+        work = {k: w for k, w in work.items() if stage.get(k) == stage.get(int(late["rank"].iloc[0]))}
     on_time = [w for k, w in work.items() if k not in set(late["rank"].astype(int))]
     if not on_time:
         return []
@@ -128,7 +202,7 @@ def exposed_communication(run, ctx) -> list[Candidate]:
                    "this run (docs/whatif.md's validation); compute unchanged"
                    + (f"; {len(co) - sized} of {len(co)} collective rows carry no byte count and keep their "
                       "measured transfer" if sized < len(co) else ""))
-    return [Candidate(
+    out = [Candidate(
         kind="exposed_communication", rank=None,
         title=f"{share:.0f}% of the step is communication nothing else overlaps",
         evidence=[_ev("exposed_comm", f"rank {r}: {_ms(v['exposed_ns'])} of exposed communication per step "
@@ -137,6 +211,60 @@ def exposed_communication(run, ctx) -> list[Candidate]:
         fix="faster links (the scenario: twice the bandwidth), fewer or larger collectives (DDP bucket_cap_mb), "
             "or more overlap with compute (start gradient all-reduces earlier, FSDP prefetch)",
         scenario=scenario, confidence=confidence, assumptions=assumes, share_pct=share)]
+    late = _gradient_collectives_after_backward(run, r)
+    if late is not None:
+        n, total, bw_ns, gap_ns = late
+        out.append(Candidate(
+            kind="exposed_communication", rank=r, variant="overlap",
+            title=f"rank {r}'s gradient collectives all start after its backward has computed every gradient",
+            evidence=[_ev("cpu_ops", f"rank {r}: {n} of {total} gradient all-reduce / reduce-scatter call(s) per step "
+                          f"issued after the last backward operator without a collective in it ended (median step); "
+                          f"the backward's compute took {_ms(bw_ns)}, the first call came {_ms(gap_ns)} after it"),
+                      out[0].evidence[0]],
+            fix="start the gradient collectives during backward: smaller DDP buckets (bucket_cap_mb below the "
+                "gradients' size, so the first buckets go while later layers still compute), or FSDP / ZeRO, whose "
+                "reduce-scatters run per layer",
+            scenario=None, confidence="medium",
+            assumptions="not predicted: no scenario key issues a collective earlier than the trace's dependencies "
+                        "let it (the replay keeps every call behind the work its thread did before it); at most "
+                        f"the backward's {_ms(bw_ns)} could hide the communication",
+            share_pct=share))
+    return out
+
+
+def _gradient_collectives_after_backward(run, r: int):
+    """(calls after the backward's compute, calls in the backward, backward compute ns, gap ns) of rank r's
+    median step when every gradient all-reduce / reduce-scatter of the step was issued after the backward had
+    computed its gradients: after the end of the last autograd operator that issued no collective; None
+    otherwise (some went during the backward, or the trace shows no backward)."""
+    df = run.sql("""
+        WITH s AS (SELECT rank, step FROM steps WHERE NOT is_last AND rank = $r),
+        ops AS (SELECT o.step, o.tid, o.ts_ns, o.ts_ns + o.dur_ns AS end_ns, o.name FROM cpu_ops o SEMI JOIN s USING (rank, step)
+                WHERE o.dur_ns > 0 AND (o.name LIKE 'autograd::engine::evaluate_function:%'
+                      OR (o.name LIKE 'c10d::%' AND (o.name LIKE '%allreduce%' OR o.name LIKE '%reduce_scatter%'))))
+        SELECT * FROM ops ORDER BY step, ts_ns""", {"r": int(r)})
+    rows = []
+    for _st, x in df.groupby("step"):
+        calls = x[x.name.str.startswith("c10d::")]
+        fns = x[~x.name.str.startswith("c10d::")]
+        if calls.empty or fns.empty:
+            continue
+        ct, cid = calls.ts_ns.to_numpy(np.int64), calls.tid.to_numpy()
+        own = np.array([not ((cid == t) & (ct >= a) & (ct < b)).any()
+                        for t, a, b in zip(fns.tid, fns.ts_ns, fns.end_ns)], bool)
+        if not own.any():
+            continue
+        bw_start, bw_end = int(fns.ts_ns.min()), int(fns.end_ns.to_numpy(np.int64)[own].max())
+        grads = ct[ct >= bw_start]
+        if not len(grads):
+            continue
+        rows.append((int((grads >= bw_end).sum()), len(grads), bw_end - bw_start, int(grads.min()) - bw_end))
+    if not rows:
+        return None
+    n, total, bw, gap = (float(np.median([row[i] for row in rows])) for i in range(4))
+    if n < total or bw <= 0:
+        return None
+    return int(n), int(total), bw, gap
 
 
 def host_bound(run, ctx) -> list[Candidate]:
@@ -290,8 +418,11 @@ def memory_headroom(run, ctx) -> list[Candidate]:
 
 
 def low_mfu(run, ctx) -> list[Candidate]:
-    rf = run.analyze("roofline")
-    mfu = run.analyze("mfu")
+    from analyses.flops import launched_kernels, mfu as mfu_of, op_table, roofline  # the analyses layer, below this one
+
+    ops = op_table(run)  # once: the roofline, the MFU and the kernels to speed up all read it
+    rf = roofline(run, ops=ops)
+    mfu = mfu_of(run, ops=ops)
     rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
     _, per = ctx["per_rank"]
     best = None
@@ -307,9 +438,6 @@ def low_mfu(run, ctx) -> list[Candidate]:
         return []
     row, share_step = best
     r = int(row.rank)
-    from analyses.flops import launched_kernels, op_table  # the analyses layer, below this one
-
-    ops = op_table(run)
     mine = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()]
     names = sorted(set(launched_kernels(run, mine).name))
     if not names:
@@ -335,5 +463,66 @@ def low_mfu(run, ctx) -> list[Candidate]:
         share_pct=share_step)]
 
 
+def pipeline_imbalance(run, ctx) -> list[Candidate]:
+    stage = ctx.get("stages")
+    if not stage:
+        return []
+    _, per = ctx["per_rank"]
+    # each rank's compute per step: the union of its compute kernels on a GPU rank, else of its CPU operators
+    # outside collective calls (a stage blocked in a recv runs no operator), median over the profiled steps
+    df = run.sql("""
+        WITH s AS (SELECT rank, step FROM steps WHERE NOT is_last),
+        gpu_ranks AS (SELECT DISTINCT rank FROM kernels)
+        SELECT k.rank, k.step, k.ts_ns, k.ts_ns + k.dur_ns AS end_ns FROM kernels k SEMI JOIN s USING (rank, step)
+        WHERE k.dur_ns > 0 AND NOT regexp_matches(k.name, '^(nccl|rccl)', 'i')
+        UNION ALL
+        SELECT o.rank, o.step, o.ts_ns, o.ts_ns + o.dur_ns FROM cpu_ops o SEMI JOIN s USING (rank, step)
+        WHERE o.dur_ns > 0 AND o.name NOT LIKE 'c10d::%' AND o.rank NOT IN (SELECT rank FROM gpu_ranks)""")
+    if df.empty:
+        return []
+    compute = {}
+    for r, x in df.groupby("rank"):
+        per_step = [_union_ns(y.ts_ns.to_numpy(np.int64), y.end_ns.to_numpy(np.int64)) for _, y in x.groupby("step")]
+        compute[int(r)] = float(np.median(per_step))
+    stages = sorted({stage[r] for r in compute if r in stage})
+    if len(stages) < 2:
+        return []
+    of_stage = {s_: float(np.mean([c for r, c in compute.items() if stage.get(r) == s_])) for s_ in stages}
+    mean = float(np.mean(list(of_stage.values())))
+    slow = max(stages, key=lambda s_: of_stage[s_])
+    step_ns = max(v["step_ns"] for v in per.values()) if per else 0.0
+    share = 100.0 * (of_stage[slow] - mean) / step_ns if step_ns else 0.0
+    if share < MIN_SHARE_PCT or mean <= 0:
+        return []
+    ranks_of = {s_: sorted(r for r in compute if stage.get(r) == s_) for s_ in stages}
+    # the slow stage's compute brought to the stages' mean. Scaling the lighter stages up by what they would
+    # receive as well was tried on recorded 2-stage runs: the replay then stretched every CPU op of the
+    # receiving stage (its loss, optimizer and framework ops too, not only the moved layers) and predicted no
+    # saving where the balanced run recorded 7% less, 18.5 -> 17.2 ms (docs/doctor.md)
+    factor = round(mean / of_stage[slow], 4)
+    who = ", ".join(str(r) for r in ranks_of[slow])
+    figures = "; ".join(f"stage {s_} (rank{'s' if len(ranks_of[s_]) > 1 else ''} "
+                        f"{', '.join(str(r) for r in ranks_of[s_])}) {_ms(of_stage[s_])}" for s_ in stages)
+    n_steps = max((per.get(r, {}).get("steps", 1) for r in compute), default=1)
+    return [Candidate(
+        kind="pipeline_imbalance", rank=ranks_of[slow][0] if len(ranks_of[slow]) == 1 else None,
+        title=f"pipeline stage {slow} computes {of_stage[slow] / mean:.2f}x the stages' mean per step; the other "
+              "stages wait for it in bubbles",
+        evidence=[_ev("events", f"compute per step (median over {n_steps} step(s); compute kernels on a GPU rank, "
+                      f"else CPU operators outside collective calls): {figures}; the stages' mean "
+                      f"{_ms(mean)}, stage {slow} {_ms(of_stage[slow] - mean)} above it, "
+                      f"{share:.1f}% of the {_ms(step_ns)} step")],
+        fix=f"move layers from stage {slow} (rank{'s' if len(ranks_of[slow]) > 1 else ''} {who}) to the lighter "
+            "stages, or give the first and last stages fewer layers to carry the embedding and the loss "
+            "(Megatron: --decoder-first/last-pipeline-num-layers; torch.distributed.pipelining: split_spec)",
+        scenario={"compute": {"rank_slowdown": {str(r): factor for r in ranks_of[slow]}}},
+        confidence="medium",
+        assumptions=f"stage {slow}'s compute scaled to the stages' mean (x{factor:.3f}), the other stages unchanged: "
+                    "the compute the moved layers add to them is taken to fit in their bubbles (optimistic where "
+                    "it does not); layers come in whole units, so a real split lands near, not on, the mean; the "
+                    "activations sent between stages keep their measured transfer",
+        share_pct=share)]
+
+
 DETECTORS = (straggler, exposed_communication, host_bound, data_loading, sync_stalls, small_kernels,
-             memory_headroom, low_mfu)
+             memory_headroom, low_mfu, pipeline_imbalance)

@@ -19,8 +19,8 @@ from ._common import fail_cleanly, store_option
 @fail_cleanly
 def doctor_cmd(trace_dir, fmt, out, store):
     """Rank what slows the run in TRACE_DIR: stragglers, exposed communication, host-bound launches,
-    data loading, syncs, small kernels, memory headroom; each with the evidence from the analyses, the fix
-    and the step time the replay predicts under it.
+    data loading, syncs, small kernels, low MFU, pipeline imbalance, memory headroom; each with the evidence
+    from the analyses, the fix and the step time the replay predicts under it.
 
     \b
     Example:
