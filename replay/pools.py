@@ -5,7 +5,8 @@ The graph keeps each gloo collective on the runloop thread it ran on, after the 
 transfer would keep waiting for that same thread while the other one idles. Here each rank's runloop
 threads become one pool with as many servers as the rank has such threads: a job takes a server when its
 work starts (the `gloo:*` annotation: the graph's `comm` node) and gives it back when the work ends (its
-`comm_exit`); the thread edge into the job no longer binds. A job that measured queued (its thread was
+`comm_exit`); the thread edge into the job no longer binds, and the jobs are served in the order they
+were enqueued (each after the previous one's start). A job that measured queued (its thread was
 busy when the call enqueued it) keeps only its hand-off delay, not the queueing, as the lag of its enqueue
 edge; one that did not keeps its measured wake-up.
 """
@@ -48,11 +49,21 @@ def gloo_pools(g, lag_ns: np.ndarray):
     e = enqueue_in
     queued = thread_ready[g.dst[e]] > ready[e]
     lag[e[queued]] = np.maximum(start[g.dst[e[queued]]] - thread_ready[g.dst[e[queued]]], 0)
-    # the thread edge into a job binds no more: released by the origin at once
+    # the thread edge into a job binds no more; in its place the job follows the rank's previous job in
+    # enqueue order (from its start, no lag): the queue is first in, first out, so no job is served before
+    # one enqueued earlier, whatever their hand-off delays (a 3.6 ms wake-up put a job behind two enqueued
+    # after it, and the ranks, served in different orders, waited on each other for ever)
     has_enqueue = np.zeros(g.n_nodes, bool)
     has_enqueue[g.dst[e]] = True
     free = thread_in[has_enqueue[g.dst[thread_in]]]  # jobs without an enqueue edge keep their thread order
-    src[free], from_end[free], lag[free] = 0, False, 0
+    enq_at = np.full(g.n_nodes, np.iinfo(np.int64).max, np.int64)
+    enq_at[g.dst[e]] = ready[e]
+    prev = np.zeros(g.n_nodes, np.int64)  # the origin for a rank's first job
+    for r in ranks:
+        mine = jobs[(g.rank[jobs] == r) & has_enqueue[jobs]]
+        mine = mine[np.lexsort((mine, enq_at[mine]))]
+        prev[mine[1:]] = mine[:-1]
+    src[free], from_end[free], lag[free] = prev[g.dst[free]], False, 0
     keep = has_enqueue[jobs]
     acquire[jobs[~keep]] = -1
     release[jobs[~keep] + 1] = -1
