@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.capture.pipeline_demo import schedule  # the 1F1B order the recorder runs
 from tracekit.errors import TracekitError
 
 from .engine import Engine
@@ -64,16 +65,7 @@ def one_f_one_b(f_ns, b_ns, p2p_ns: int, micro_batches: int) -> int:
         dst.append(b)
 
     for s in range(P):
-        warm = min(P - s - 1, m)
-        order = [("F", i) for i in range(warm)]
-        f_next, b_next = warm, 0
-        while f_next < m or b_next < m:
-            if f_next < m:
-                order.append(("F", f_next))
-                f_next += 1
-            if b_next < m:
-                order.append(("B", b_next))
-                b_next += 1
+        order = schedule(s, P, m)
         prev = 0
         for kind, i in order:  # the stage's program order
             edge(prev, ids[(kind, s, i)])

@@ -166,15 +166,21 @@ def run(cfg: DemoConfig) -> dict:
         return json.load(f)
 
 
-def _run_local(cfg: DemoConfig) -> None:
+def spawn(entry, cfg, nprocs: int, what: str) -> None:
+    """torch.multiprocessing.spawn of nprocs processes; a process that raised or died is one error naming
+    `what` (a demo rank, a pipeline stage) and its last line."""
     mp = require_torch().multiprocessing
-    cfg = dataclasses.replace(cfg, master_addr="127.0.0.1", port=_free_port())
     try:
-        mp.spawn(_spawn_entry, args=(cfg,), nprocs=cfg.ranks, join=True)
+        mp.spawn(entry, args=(cfg,), nprocs=nprocs, join=True)
     except mp.ProcessRaisedException as e:
-        raise TracekitError(f"a demo rank failed: {str(e).strip().splitlines()[-1]}") from None
+        raise TracekitError(f"{what} failed: {str(e).strip().splitlines()[-1]}") from None
     except mp.ProcessExitedException as e:
-        raise TracekitError(f"a demo rank exited: {e}") from None
+        raise TracekitError(f"{what} exited: {e}") from None
+
+
+def _run_local(cfg: DemoConfig) -> None:
+    cfg = dataclasses.replace(cfg, master_addr="127.0.0.1", port=_free_port())
+    spawn(_spawn_entry, cfg, cfg.ranks, "a demo rank")
 
 
 def _run_on_testbed(cfg: DemoConfig) -> None:

@@ -20,7 +20,7 @@ import sys
 
 from ..errors import TracekitError
 from ._torch import require_torch
-from .demo import COLLECTIVE_TIMEOUT_S, _clear_previous, _free_port
+from .demo import COLLECTIVE_TIMEOUT_S, _clear_previous, _free_port, spawn
 from .teardown import end_process
 
 
@@ -150,16 +150,10 @@ def _spawn_entry(rank: int, cfg: PipelineConfig) -> None:
 def run(cfg: PipelineConfig) -> dict:
     """Run the pipeline job on loopback (torch.multiprocessing, one process per stage); return run.json."""
     cfg.validate()
-    mp = require_torch().multiprocessing
     os.makedirs(cfg.out_dir, exist_ok=True)
     _clear_previous(cfg.out_dir)
     cfg = dataclasses.replace(cfg, port=cfg.port or _free_port())
-    try:
-        mp.spawn(_spawn_entry, args=(cfg,), nprocs=cfg.stages, join=True)
-    except mp.ProcessRaisedException as e:
-        raise TracekitError(f"a pipeline stage failed: {str(e).strip().splitlines()[-1]}") from None
-    except mp.ProcessExitedException as e:
-        raise TracekitError(f"a pipeline stage exited: {e}") from None
+    spawn(_spawn_entry, cfg, cfg.stages, "a pipeline stage")
     path = os.path.join(cfg.out_dir, "run.json")
     if not os.path.exists(path):
         raise TracekitError(f"{cfg.out_dir}: the pipeline job finished without writing run.json")
