@@ -216,6 +216,14 @@ def test_a_gloo_callers_wake_up_goes_to_the_collective_that_caused_it():
     # a caller that never went idle while Y ran has no wake for it; X's stays X's
     wakes = coll._wake_times(rows, last_arrival, {(0, 1, 1): (busy_starts[:2], np.array([5 * ms, 250 * ms]))})
     assert wakes.tolist() == [100 * ms + 10_000, -1]
+    # a runloop whose annotation ends 5.3 ms after the caller woke (a worker descheduled on a busy machine;
+    # a recorded 50 Mbit/s run): the wake is the end of the caller's long wait for Y, not of the hair of a
+    # gap inside the optimizer step after it (that kept the 190 ms wait as a fixed gap in every what-if)
+    rows["end_ns"] = [100 * ms, 300 * ms]
+    busy_starts = np.array([0, 100 * ms + 10_000, 294_700_000, 296_500_000])
+    busy_ends = np.array([5 * ms, 110 * ms, 296 * ms, 310 * ms])
+    wakes = coll._wake_times(rows, last_arrival, {(0, 1, 1): (busy_starts, busy_ends)})
+    assert wakes.tolist() == [100 * ms + 10_000, 294_700_000]
 
 
 def test_a_rank_released_after_the_shared_transfer_waits_on_the_links_too(runs):

@@ -116,17 +116,25 @@ def _groups(agg: pd.DataFrame, host_of: dict) -> int:
     return int((np.asarray(miss) > 0).sum())
 
 
-WAKE_LEAD_NS = 5_000_000  # a gloo caller wakes up to ~5 ms before the runloop's annotation ends (seen: 0.2-5.1 ms)
+WAKE_LEAD_NS = 5_000_000  # a gloo caller wakes up to ~5 ms before the runloop's annotation ends (seen: 0.2-5.3 ms)
 
 
 def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.ndarray:
-    """For each gloo participant: when its calling thread woke from the wait (the end of the idle gap, of
-    those ending when the collective's runloop work ended or later, that covers most of the window; else
-    of one covering most of it), -1 when the caller was not waiting; a wake-up is kept only by the
-    collective it belongs to (_own_wakes)."""
+    """For each gloo participant: when its calling thread woke from the wait, -1 when the caller was not
+    waiting. Of the idle gaps inside the collective's window whose end is nearer this collective's completion
+    than any other of the rank's collectives' (a wake-up is the collective's that caused it), the one
+    covering most of the window among those ending within WAKE_LEAD_NS of the completion or later, or
+    covering at least half the window. DDP waits for its buckets one after another once backward ends: a
+    later bucket's caller waited through the previous bucket (a gap that ends at that bucket's completion,
+    so not this one's) and for the last part of its own; a runloop whose annotation ends more than
+    WAKE_LEAD_NS after the caller woke (a worker descheduled on a busy machine) still finds the caller's
+    long wait, which is nearer its completion than the previous bucket's."""
     out = np.full(len(rows), -1, np.int64)
     la = rows.match_key.map(last_arrival).to_numpy(np.int64)
     ends = _completion(rows)
+    ranks = rows["rank"].to_numpy(np.int64)
+    cpu = (rows.timeline == "cpu").to_numpy(bool)
+    rank_ends = {int(r): np.sort(ends[(ranks == r) & cpu]) for r in np.unique(ranks[cpu])}
     for i, (tl, r, pid, tid, end) in enumerate(zip(rows.timeline, rows["rank"], rows.call_pid, rows.call_tid, ends)):
         if tl != "cpu" or pd.isna(pid) or pd.isna(tid):
             continue
@@ -145,17 +153,25 @@ def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.
         js = js[gs[js + 1] > lo]
         if not len(js):
             continue
-        covered = np.minimum(gs[js + 1], hi) - np.maximum(ge[js], lo)
-        # the caller woke when the work ended (the runloop's annotation can outlast the completion the caller
-        # sees by a few ms): of the gaps ending then or later, the one covering most of the window. DDP waits
-        # for its buckets one after another once backward ends, so a later bucket's caller worked through
-        # most of its window and waited only for its last part
-        late = gs[js + 1] >= hi - WAKE_LEAD_NS
-        if late.any():
-            out[i] = gs[js[late][np.argmax(covered[late])] + 1]
-        elif covered.max() * 2 >= window:  # else a wait covering most of the window
-            out[i] = gs[js[np.argmax(covered)] + 1]
+        wake = gs[js + 1]
+        js = js[_nearest_is(wake, hi, rank_ends[int(r)])]
+        if not len(js):
+            continue
+        wake = gs[js + 1]
+        covered = np.minimum(wake, hi) - np.maximum(ge[js], lo)
+        ok = (wake >= hi - WAKE_LEAD_NS) | (covered * 2 >= window)
+        if ok.any():
+            out[i] = wake[ok][np.argmax(covered[ok])]
     return _own_wakes(out, rows, ends)
+
+
+def _nearest_is(t: np.ndarray, end: int, ends_sorted: np.ndarray) -> np.ndarray:
+    """Per time in t: whether `end` is (one of) the nearest of ends_sorted to it."""
+    j = np.searchsorted(ends_sorted, t)
+    lo = ends_sorted[np.clip(j - 1, 0, len(ends_sorted) - 1)]
+    hi = ends_sorted[np.clip(j, 0, len(ends_sorted) - 1)]
+    nearest = np.minimum(np.abs(t - lo), np.abs(t - hi))
+    return np.abs(t - end) <= nearest
 
 
 def _completion(rows: pd.DataFrame) -> np.ndarray:
