@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 
@@ -30,6 +31,15 @@ def test_create_is_idempotent_and_teardown_leaves_nothing():
         qdisc = subprocess.run(["tc", "-n", tb.switch_netns, "qdisc", "show", "dev", "p2"],
                                capture_output=True, text=True, check=True).stdout
         assert "tbf" in qdisc and "25Mbit" in qdisc
+        # jumbo frames one at a time, so the bucket holds two frames (not a 64 KiB GSO batch)
+        burst = int(re.search(r"burst (\d+)b", qdisc).group(1))
+        assert abs(burst - 2 * testbed.FRAME_BYTES) <= 64  # tc prints the bucket rounded to its time base
+        for ns, dev in ((tb.hosts[0].netns, "tk0"), (tb.switch_netns, "p2"), (tb.switch_netns, "br0")):
+            link = subprocess.run(["ip", "-d", "-n", ns, "link", "show", dev], capture_output=True, text=True,
+                                  check=True).stdout
+            assert "mtu 9000" in link, (dev, link)
+            if dev != "br0":
+                assert "gso_max_segs 1 " in link, (dev, link)
     finally:
         tb.teardown()
     tb.teardown()
