@@ -176,6 +176,27 @@ def busy_periods(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray) -> np.
     return out
 
 
+def overlapped(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Per flow: whether its measured window overlapped another flow's on a link they both cross (the
+    transfers shared the link in the run)."""
+    out = np.zeros(len(lf), bool)
+    if len(lf) < 2:
+        return out
+    owner = np.repeat(np.arange(len(lf)), np.diff(lf.route_ptr))
+    link = lf.route_links
+    order = np.lexsort((start_ns[owner], link))
+    s, e, lk, who = start_ns[owner][order], end_ns[owner][order], link[order], owner[order]
+    for k in np.unique(lk):
+        i = np.flatnonzero(lk == k)
+        if len(i) < 2:
+            continue
+        before = np.maximum.accumulate(e[i])  # the latest end of the flows started so far on this link
+        earlier = np.r_[False, s[i][1:] < before[:-1]]  # started before an earlier one ended
+        later = np.r_[s[i][1:] < e[i][:-1], False]  # the next one started before it ended
+        out[who[i][earlier | later]] = True
+    return out
+
+
 def period_ends(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray, periods: np.ndarray | None = None) -> np.ndarray:
     """Per flow: when the busy period it is in ends, the latest over the links it crosses. periods: the
     entries' busy periods to use (busy_periods of other times: the measured ones), else those of these times."""

@@ -106,6 +106,8 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
     st.dur_ns[barrier_ids[np.argsort(g.coll[barrier_ids])]] = transfer
     st.notes += [n for n in comm.notes if n not in st.notes]
     st.info["comm"] = comm
+    if sc.network.changes_network or sc.parallelism.dp is not None:
+        _overlap_note(g, sc, st)
     if isinstance(comm, OpticalModel):
         st.info["reconfigurations"] = int(comm.reconfigurations)
         hosts = st.colls["n_hosts"].to_numpy(dtype="float64", na_value=np.nan)
@@ -113,6 +115,22 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
             st.notes.append(f"{sc.where}: [optical] changes nothing: every collective runs inside one host as the "
                             "run's hosts say (run.json, else the traces' host names); if the ranks ran on "
                             "several hosts, say which with [topology] ranks_per_host or hosts")
+
+
+def _overlap_note(g, sc: Scenario, st: ModelState) -> None:
+    """The alpha-beta model costs each collective alone; where the run's transfers shared a link, say so and
+    name the model that shares it."""
+    lf = links.build(g.colls, _host_index(g, sc))
+    if len(lf) < 2:
+        return
+    start = g.colls.barrier_start_ns.to_numpy(np.int64)[lf.coll_row]
+    end = start + g.colls.measured_transfer_ns.to_numpy(np.int64)[lf.coll_row]
+    n = int(links.overlapped(lf, start, end).sum())
+    if n:
+        st.notes.append(f"{sc.where}: {n} of {len(lf)} collectives shared a link with another in the run (e.g. DDP "
+                        "buckets on gloo's worker threads); the alpha-beta model costs each as if it had the link "
+                        "to itself and over-counts the link: [network] model = 'links' shares it "
+                        "(docs/whatif_models.md section 6)")
 
 
 def links_step(g, sc: Scenario, run, st: ModelState) -> None:
