@@ -97,6 +97,8 @@ def _job_exposed(df: pd.DataFrame) -> int | None:
 def _step_windows(res: ReplayResult, measured: bool):
     g = res.graph
     st = g.steps
+    if res.folding is not None:  # a folded replay times its representatives only (they stand for the rest)
+        st = st[st["rank"].isin(g.ranks)]
     if st.empty:
         return st, np.zeros(0, np.int64), np.zeros(0, np.int64)
     if measured:
@@ -140,7 +142,8 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         s = res.summary()
         pred = _job_step(s, "predicted_step_ns")
         st, ts, end = _step_windows(res, measured=False)
-        exp = _job_exposed(exposed_comm(g, res.start_ns, res.end_ns, st, ts, end))
+        # a folded replay's schedule is of the folded graph (res.graph), not of the full one
+        exp = _job_exposed(exposed_comm(res.graph, res.start_ns, res.end_ns, st, ts, end))
         dp = sc.parallelism.dp
         scale = dp / par["dp"] if dp and par.get("dp") else 1.0
         row = {"scenario": sc.name, "measured_step_ns": measured, "predicted_step_ns": pred,

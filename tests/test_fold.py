@@ -1,6 +1,7 @@
 """Symmetric-rank folding: a 64-rank set replayed with and without folding agrees within 1%."""
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
@@ -45,3 +46,20 @@ def test_auto_folds_above_64_ranks_and_out_needs_unfolded(run64, tmp_path):
     folded = replay.run(run64, fold=True)
     with pytest.raises(tracekit.TracekitError, match="--no-fold"):
         folded.write_store(str(tmp_path / "out"))
+
+
+def test_a_folded_whatif_gives_the_unfolded_step_and_exposed_communication(run64):
+    # `tracekit whatif` folds above 64 ranks: it measured exposed communication on the full graph with the
+    # folded schedule (an IndexError on every whatif of a 1,024-rank set)
+    from replay.whatif import whatif
+
+    sc = scenario_from_dict({"network": {"bandwidth_scale": 4.0}}, "links4x")
+    full = whatif(run64, [sc], fold=False).set_index("scenario")
+    folded = whatif(run64, [sc], fold=True).set_index("scenario")
+    a, b = full.loc["links4x", "predicted_step_ns"], folded.loc["links4x", "predicted_step_ns"]
+    assert abs(b - a) <= 0.01 * a, (a, b)
+    # the job's exposed communication is its worst rank's; a folded rank is timed as its representative, whose
+    # measured times are within the folding tolerance (5%) of its own
+    a, b = full.loc["links4x", "exposed_comm_ns"], folded.loc["links4x", "exposed_comm_ns"]
+    tol = inspect.signature(replay.run).parameters["fold_tolerance"].default
+    assert abs(b - a) <= tol * a, (a, b)
