@@ -48,6 +48,11 @@ def bench_tracekit(trace: Path, store: str, repeat: int) -> dict:
     from analyses.registry import REGISTRY
 
     tracekit.open(trace, store=store)  # ingest (not timed: the store is the point)
+    # the store's first question computes the classified device ops and keeps them in the store (cache/)
+    first_run = tracekit.open(trace, store=store)
+    first_setup = {"connect": _time(lambda: first_run.sql("SELECT 1")),
+                   "prepare": _time(lambda: prepare(first_run))}
+    first_run.close()
     t0 = time.perf_counter()
     run = tracekit.open(trace, store=store)  # the up-to-date check of the trace directory, then the store
     opened = time.perf_counter() - t0
@@ -62,7 +67,8 @@ def bench_tracekit(trace: Path, store: str, repeat: int) -> dict:
     total_once = time.perf_counter() - t0 - sum(median.values()) * 0  # wall time incl. repeats
     once = sum(setup.values()) + sum(first.values())
     run.close()
-    return {"rank": rank, "setup": setup, "first": first, "median": median, "once_s": once, "wall_s": total_once}
+    return {"rank": rank, "setup": setup, "first_setup": first_setup, "first": first, "median": median,
+            "once_s": once, "wall_s": total_once}
 
 
 def bench_hta(trace: Path, rank: int) -> dict:
@@ -99,6 +105,8 @@ def main(argv=None) -> int:
     print(f"tracekit on {a.trace.name} (rank {tk['rank']})")
     for k, v in tk["setup"].items():
         print(f"  {k:<34} {v:8.3f} s")
+    print(f"  (the store's first connection: connect {tk['first_setup']['connect']:.3f} s, prepare "
+          f"{tk['first_setup']['prepare']:.3f} s, which computes the classified ops and keeps them in the store)")
     print(f"  {'analysis':<34} {'first':>8} {'median':>8}")
     for name in tk["first"]:
         flag = "" if tk["median"][name] < 0.3 or name.startswith("critical_path") else "  (> 0.3 s)"
@@ -127,6 +135,10 @@ def main(argv=None) -> int:
     print(f"one analysis alone (HTA load + it) / (tracekit open + connect + prepare + it), target >= 25x: " +
           ", ".join(f"{k} {v:.1f}x" for k, v in ratios.items()) +
           f"; lowest {min(ratios.values()):.1f}x, median {statistics.median(ratios.values()):.1f}x")
+    first_setup = tk["setup"]["open (up-to-date check)"] + sum(tk["first_setup"].values())
+    firsts = {k: (hta["load"] + hta[k]) / (first_setup + tk["first"][k]) for k in done}
+    print(f"the store's first question (prepare computes and keeps the classified ops): lowest "
+          f"{min(firsts.values()):.1f}x, median {statistics.median(firsts.values()):.1f}x")
     return 0
 
 

@@ -90,7 +90,7 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
             _commit_read(store_dir, gen, trace_dir, p, read, report)
         finally:
             _commit.clear_staging(store_dir)
-        _commit.remove_orphans(store_dir, p.manifest)
+        _commit.remove_orphans(store_dir, p.manifest, contents_changed=bool(read or p.removed))
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -25,7 +25,7 @@ import time
 
 from ..errors import StoreError
 from . import manifest as _manifest
-from .schema import SCHEMA_VERSION, TABLES
+from .schema import CACHE_DIR, SCHEMA_VERSION, TABLES
 from . import devices
 from .sql import literal_list
 
@@ -84,6 +84,17 @@ class Store:
     def files(self, table: str) -> list[str]:
         return [os.path.join(self.path, p) for p in self.manifest.files(table)]
 
+    def cache_file(self, name: str, key: str) -> str:
+        """Where derived data of this store's contents lives between connections: CACHE_DIR/<name>-<digest>.parquet,
+        the digest of the schema, every source's checksum and table files (which a re-ingest of a changed or
+        forced source renames) and `key`, so that other contents or another key never find an old file. Whoever
+        writes one writes it whole under another name, renames it and removes the name's older files."""
+        h = hashlib.sha1(f"{SCHEMA_VERSION}|{key}".encode())
+        for src in sorted(self.manifest.sources):
+            e = self.manifest.sources[src]
+            h.update(f"|{src}|{e.sha256}|{sorted((t, tuple(ps)) for t, ps in e.files.items())}".encode())
+        return os.path.join(self.path, CACHE_DIR, f"{name}-{h.hexdigest()[:16]}.parquet")
+
     @property
     def ranks(self) -> list[int]:
         return sorted(e.rank for e in self.manifest.sources.values() if e.kind == "trace")
@@ -140,6 +151,7 @@ class Store:
             # the directories of the tables that have files (DuckDB resolves "..", and every file there
             # is this store's data): a list of every file cost ~12 us a path (88 ms at 1,024 ranks)
             dirs = [os.path.join(self.path, table) + os.sep for table in TABLES if files[table]]
+            dirs.append(os.path.join(self.path, CACHE_DIR) + os.sep)  # cache_file: the analyses' derived tables
             con.execute("SET allowed_directories = " + literal_list(dirs))
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")

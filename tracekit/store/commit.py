@@ -17,7 +17,7 @@ import time
 import uuid
 
 from .manifest import MANIFEST, Manifest
-from .schema import TABLES
+from .schema import CACHE_DIR, TABLES
 
 STAGING = "staging"
 
@@ -78,9 +78,12 @@ def switch_manifest(store_dir: str, manifest: Manifest) -> None:
         pass
 
 
-def remove_orphans(store_dir: str, manifest: Manifest) -> None:
+def remove_orphans(store_dir: str, manifest: Manifest, contents_changed: bool = True) -> None:
     """Delete the table files `manifest` does not name (replaced partitions, a replaced replay, leftovers of an
-    interrupted commit), the folders that leaves empty, and the staging directory."""
+    interrupted commit), the folders that leaves empty, the staging directory, and where the contents changed
+    the analyses' caches (Store.cache_file: their names would never be found again)."""
+    if contents_changed:
+        shutil.rmtree(os.path.join(store_dir, CACHE_DIR), ignore_errors=True)
     keep = {os.path.normpath(p) for e in manifest.sources.values() for ps in e.files.values() for p in ps}
     for table in TABLES:
         top = os.path.join(store_dir, table)

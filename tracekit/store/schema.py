@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 SCHEMA_VERSION = 5  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables; 4: nccl_tests, nccl_inspector;
 # 5: run_manifest (run.json kept in the store)
+CACHE_DIR = "cache"  # derived data the analyses keep between connections (Store.cache_file); commits clear it
 
 
 @dataclass(frozen=True)
