@@ -37,8 +37,8 @@ from tracekit.store import Store, create_table_view, writer_lock
 from tracekit.store import manifest as _manifest
 from tracekit.store.commit import final_name, new_generation, remove_orphans, switch_manifest, unlink
 from tracekit.store.manifest import Manifest
-from tracekit.store.devices import DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
 from tracekit.store.schema import STORED_EVENT_COLUMNS, TABLES
+from tracekit.ingest.kineto import steps_query
 from tracekit.store.sql import literal, literal_list
 
 __all__ = ["write_retimed_store", "is_replay_store", "REPLAY_KIND", "TIMES_COLUMNS"]
@@ -49,8 +49,6 @@ TIMES_COLUMNS = ("rank", "event_id", "ts_ns", "dur_ns")
 _RETIMED = ("events", "ranks", "steps", "flows", "memory")
 # side inputs whose own times are measured ones and stay so in a replayed store
 _NOT_RETIMED = ("fr_entries", "nccl_inspector", "nccl_tests")
-_GPU_CATS = sql_in(DEVICE_OP_CATEGORIES)
-_RUNTIME_CATS = sql_in(RUNTIME_CATEGORIES)
 
 
 def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict) -> str:
@@ -326,29 +324,9 @@ def _write_source(cur, src: Store, dest: str, entry, files: dict[str, list[str]]
     ev = _files_sql([new_events])
 
     if files.get("steps"):
-        # The ingest's definition (tracekit/ingest/kineto.py, _derived_tables "steps"), on the re-timed
-        # events: a step is a ProfilerStep#N complete event; its GPU span runs from the first start to the
-        # last end of the GPU ops whose launching runtime call starts inside the step's CPU span.
-        # tests/test_replay_chrome.py checks that ingesting the written-out traces gives the same rows.
-        _copy(cur, f"""
-            WITH s AS (
-              SELECT TRY_CAST(regexp_extract(name, 'ProfilerStep#(\\d+)', 1) AS BIGINT) AS step, name,
-                     ts_ns, dur_ns, ts_ns + dur_ns AS end_ns, pid, tid
-              FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL),
-            launch AS (
-              SELECT ts_ns, correlation FROM {ev} WHERE cat IN {_RUNTIME_CATS} AND correlation IS NOT NULL),
-            gpu AS (
-              SELECT correlation, min(ts_ns) AS g0, max(ts_ns + dur_ns) AS g1 FROM {ev}
-              WHERE cat IN {_GPU_CATS} AND correlation IS NOT NULL GROUP BY correlation),
-            sg AS (
-              SELECT s.step, s.ts_ns, min(gpu.g0) AS gpu_start_ns, max(gpu.g1) AS gpu_end_ns
-              FROM s JOIN launch l ON l.ts_ns >= s.ts_ns AND l.ts_ns < s.end_ns
-                     JOIN gpu ON gpu.correlation = l.correlation
-              GROUP BY s.step, s.ts_ns)
-            SELECT {_cast_cols("steps")} FROM (
-              SELECT s.step, s.name, s.ts_ns, s.dur_ns, s.end_ns, s.pid, s.tid, sg.gpu_start_ns, sg.gpu_end_ns,
-                     s.ts_ns = max(s.ts_ns) OVER () AS is_last
-              FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns)""", path(files["steps"][0]))
+        # the ingest's definition (tracekit.ingest.kineto.steps_query) on the re-timed events;
+        # tests/test_replay_chrome.py checks that ingesting the written-out traces gives the same rows
+        _copy(cur, f"SELECT {_cast_cols('steps')} FROM ({steps_query(ev)})", path(files["steps"][0]))
 
     if files.get("flows"):
         _copy(cur, f"""

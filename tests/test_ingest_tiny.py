@@ -60,6 +60,20 @@ def test_steps_flows_memory_tables(tiny_dir, tmp_path):
     assert m["ts_ns"].tolist() == [1_011_000, 1_211_000]
 
 
+def test_a_step_mirrored_on_the_gpu_is_one_step(tmp_path):
+    # Kineto mirrors ProfilerStep#N on the GPU lane (gpu_user_annotation; tracelens/h100_qwen_inference has
+    # it): each step was stored twice, and the replay's step join crossed them (a baseline off by 13%)
+    ev = tiny_events()
+    for e in list(ev):
+        if e.get("name", "").startswith("ProfilerStep#"):
+            ev.append({**e, "cat": "gpu_user_annotation", "pid": 0, "ts": e["ts"] + 20, "dur": 45})
+    write_trace(tmp_path / "run" / "rank0.json", ev, rank=0, world_size=1)
+    run = _open(tmp_path / "run", tmp_path)
+    s = run.sql("SELECT step, pid, dur_ns, is_last FROM steps ORDER BY step")
+    assert s["step"].tolist() == [0, 1] and s["pid"].tolist() == [100, 100]
+    assert s["dur_ns"].tolist() == [100_000, 100_000] and s["is_last"].tolist() == [False, True]
+
+
 def test_old_style_absolute_fractional_timestamps_exact(tmp_path):
     # float64 cannot hold 1669783687464181.123 us to the ns; the store must
     text = (b'{"traceEvents": [\n'

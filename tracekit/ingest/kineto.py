@@ -23,7 +23,7 @@ import duckdb
 import msgspec
 
 from ..errors import TraceFileError
-from ..store.devices import DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
+from ..store.devices import DEVICE_LANE_MARKERS, DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
 from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
 from ..store.sql import literal, literal_list
 from .reader import CHUNK_BYTES, TraceStream
@@ -466,14 +466,16 @@ def _info_rank(path: str, info: dict, world_size: int | None) -> int:
     return r
 
 
-def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
-    out = {}
-    queries = {
-        "steps": f"""
+def steps_query(ev: str) -> str:
+    """The steps table from the events relation `ev` (ingest's derived table, and the replay writer's on the
+    re-timed events): a step is a host ProfilerStep#N complete event (not its GPU mirror); its GPU span runs
+    from the first start to the last end of the GPU ops whose launching runtime call starts inside it."""
+    return f"""
             WITH s AS (
               SELECT TRY_CAST(regexp_extract(name, 'ProfilerStep#(\\d+)', 1) AS BIGINT) AS step, name,
                      ts_ns, dur_ns, ts_ns + dur_ns AS end_ns, pid, tid
-              FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL),
+              FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL
+                AND coalesce(cat NOT IN {sql_in(DEVICE_LANE_MARKERS)}, true)),
             launch AS (
               SELECT ts_ns, correlation FROM {ev}
               WHERE cat IN {sql_in(RUNTIME_CATEGORIES)} AND correlation IS NOT NULL),
@@ -488,7 +490,13 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
             SELECT s.step, s.name, s.ts_ns, s.dur_ns, s.end_ns, s.pid, s.tid,
                    sg.gpu_start_ns, sg.gpu_end_ns,
                    s.ts_ns = max(s.ts_ns) OVER () AS is_last
-            FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns""",
+            FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns"""
+
+
+def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
+    out = {}
+    queries = {
+        "steps": steps_query(ev),
         # a flow's start (s) and end (f) share (cat, id); one aggregation pairs them
         # (cheaper than a full outer join; a repeated id keeps its first start/end)
         "flows": f"""

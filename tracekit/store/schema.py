@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 5  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables; 4: nccl_tests, nccl_inspector;
-# 5: run_manifest (run.json kept in the store)
+SCHEMA_VERSION = 6  # 2: fr_entries table; 3: sparse gpu/comm args in their own tables; 4: nccl_tests, nccl_inspector;
+# 5: run_manifest (run.json kept in the store); 6: steps are the host's ProfilerStep annotations only (a
+# trace that mirrors them on the GPU, gpu_user_annotation, had each step twice)
 CACHE_DIR = "cache"  # derived data the analyses keep between connections (Store.cache_file); commits clear it
 
 
