@@ -93,6 +93,14 @@ def _assemble(d: Loaded, ranks) -> Graph:
         counts.update(gpu_edges(nb, arr, nodes, cpu, gpu, d.cuda_sync))
     if len(colls):
         counts.update(collective_edges(nb, arr, nodes, colls, d.comm, tracks, bar_ids, chains))
+        # a collective none of whose calls is a participant node (each spans several CPU pieces: see the note)
+        # has a barrier nothing arrives at: it starts from the origin, at its measured time
+        _, (src, dst, _f, _k) = nb.arrays()
+        has_in = np.zeros(len(arr["kind"]), bool)
+        has_in[dst] = True
+        orphans = [b for b in bar_ids.values() if not has_in[b]]
+        if orphans:
+            nb.link([origin] * len(orphans), orphans, True, "origin")
 
     arr, (src, dst, from_end, ekind) = nb.arrays()
     g = Graph(kind=arr["kind"], rank=arr["rank"], track=arr["track"], event_id=arr["event_id"],
