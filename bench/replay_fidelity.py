@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 SHARED = REPO.parent / "shared" / "traces"
 GPU_SETS = ["astra-sim/megatron_tp8", "hta/df_index_resolver", "hta/trace_filter", "tracelens/b200_eager",
             "hta/critical_path/alexnet", "hta/critical_path/simple_add", "hta/critical_path/cuda_event_sync",
-            "hta/critical_path/cuda_event_sync_multi_stream"]
+            "hta/critical_path/cuda_event_sync_multi_stream", "hta/ns_resolution_trace", "tracelens/h100_qwen_inference"]
 
 
 def fidelity(tmp: str) -> list[dict]:
