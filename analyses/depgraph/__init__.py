@@ -95,9 +95,7 @@ def _assemble(d: Loaded, ranks) -> Graph:
         counts.update(collective_edges(nb, arr, nodes, colls, d.comm, tracks, bar_ids, chains))
         # a collective none of whose calls is a participant node (each spans several CPU pieces: see the note)
         # has a barrier nothing arrives at: it starts from the origin, at its measured time
-        _, (src, dst, _f, _k) = nb.arrays()
-        has_in = np.zeros(len(arr["kind"]), bool)
-        has_in[dst] = True
+        has_in = nb.has_incoming()
         orphans = [b for b in bar_ids.values() if not has_in[b]]
         if orphans:
             nb.link([origin] * len(orphans), orphans, True, "origin")

@@ -139,6 +139,13 @@ class Builder:
             self.edges.append((src, dst, np.broadcast_to(np.asarray(from_end, bool), src.shape).copy(),
                                np.full(len(src), E[kind], np.int8)))
 
+    def has_incoming(self) -> np.ndarray:
+        """Per node so far: whether an edge ends at it."""
+        out = np.zeros(self.n, bool)
+        for e in self.edges:
+            out[e[1]] = True
+        return out
+
     def arrays(self):
         nodes = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
         edges = tuple(np.concatenate([e[i] for e in self.edges]) if self.edges else np.zeros(0, dt)
