@@ -186,15 +186,28 @@ def overlapped(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray) -> np.nd
     link = lf.route_links
     order = np.lexsort((start_ns[owner], link))
     s, e, lk, who = start_ns[owner][order], end_ns[owner][order], link[order], owner[order]
-    for k in np.unique(lk):
-        i = np.flatnonzero(lk == k)
-        if len(i) < 2:
-            continue
-        before = np.maximum.accumulate(e[i])  # the latest end of the flows started so far on this link
-        earlier = np.r_[False, s[i][1:] < before[:-1]]  # started before an earlier one ended
-        later = np.r_[s[i][1:] < e[i][:-1], False]  # the next one started before it ended
-        out[who[i][earlier | later]] = True
+    # one running maximum over all links at once: each link's times shifted past the previous link's
+    t0 = int(s.min())
+    span = int(max(e.max(), s.max())) - t0 + 1
+    if int(lk.max()) + 1 <= (2 ** 62) // span:
+        shift = lk.astype(np.int64) * span - t0
+        s, e = s + shift, e + shift
+    else:  # windows too far apart for int64 (a trace with a clock jump): link k's rank among the links instead
+        s, e = _rank_within_links(s, e, lk)
+    same = lk[1:] == lk[:-1]
+    before = np.maximum.accumulate(e)  # the latest end of the flows started so far (on this link: shifted)
+    earlier = np.r_[False, same & (s[1:] < before[:-1])]  # started before an earlier one on its link ended
+    later = np.r_[same & (s[1:] < e[:-1]), False]  # the next one on its link started before it ended
+    out[who[earlier | later]] = True
     return out
+
+
+def _rank_within_links(s: np.ndarray, e: np.ndarray, lk: np.ndarray):
+    """Starts and ends replaced by their order among all times, offset per link (for overlapped)."""
+    both = np.unique(np.r_[s, e])
+    n = len(both) + 1
+    shift = lk.astype(np.int64) * n
+    return np.searchsorted(both, s) + shift, np.searchsorted(both, e) + shift
 
 
 def period_ends(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray, periods: np.ndarray | None = None) -> np.ndarray:
