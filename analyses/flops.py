@@ -297,9 +297,14 @@ def _leaf_ops(run) -> pd.DataFrame:
 
 def op_table(run) -> pd.DataFrame:
     """One row per leaf op of the table: OP_COLUMNS."""
+    return op_table_with_kernels(run)[0]
+
+
+def op_table_with_kernels(run) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """op_table(run), and the kernels its ops launched (launched_kernels of every op: the join runs once)."""
     df = _leaf_ops(run)
     if df.empty:
-        return pd.DataFrame(columns=list(OP_COLUMNS))
+        return pd.DataFrame(columns=list(OP_COLUMNS)), launched_kernels(run, df)
     cls, flops, nbytes, dtype = [], [], [], []
     for name, dims_s, types_s, conc_s in zip(df.name, df.input_dims, df.input_types, df.concrete_inputs):
         dims, types, conc = _parse(dims_s), _parse(types_s), _parse(conc_s) or []
@@ -328,8 +333,9 @@ def op_table(run) -> pd.DataFrame:
     out["flops"] = pd.array(flops, dtype="Int64")
     out["bytes"] = pd.array(nbytes, dtype="Int64")
     out["dtype"] = dtype
-    out["kernel_ns"] = _kernel_ns(run, df)
-    return out[list(OP_COLUMNS)]
+    kern = launched_kernels(run, df)
+    out["kernel_ns"] = _kernel_ns(kern, df)
+    return out[list(OP_COLUMNS)], kern
 
 
 def _gemm_out(name, dims):
@@ -366,9 +372,9 @@ def launched_kernels(run, ops: pd.DataFrame) -> pd.DataFrame:
         run.con.unregister("_flop_ops")
 
 
-def _kernel_ns(run, ops: pd.DataFrame) -> pd.array:
-    """GPU time of the kernels each op launched (NULL: none)."""
-    k = launched_kernels(run, ops).groupby(["rank", "event_id"], as_index=False).dur_ns.sum()
+def _kernel_ns(kern: pd.DataFrame, ops: pd.DataFrame) -> pd.array:
+    """GPU time of the kernels each op launched (kern: launched_kernels of ops; NULL: none)."""
+    k = kern.groupby(["rank", "event_id"], as_index=False).dur_ns.sum()
     m = ops[["rank", "event_id"]].merge(k.rename(columns={"dur_ns": "kernel_ns"}), on=["rank", "event_id"], how="left")
     return pd.array(m.kernel_ns.to_numpy(dtype="float64"), dtype="Float64").round().astype("Int64")
 

@@ -109,9 +109,8 @@ def retime(g, run, spec, dur_ns: np.ndarray, where: str) -> Retimed:
         return Retimed(factor, [f"{where}: [hardware] changes nothing: the run has no GPU ops"], {})
     ranks = sorted({int(r) for r in g.rank[gpu]})
     old = _sources(run, ranks, from_gpu, devs, where)
-    ops = _flops.op_table(run)
+    ops, kern = _flops.op_table_with_kernels(run)  # _op_factors keeps the kernels of the ops kept here
     ops = ops[ops["rank"].isin(ranks) & ops.flops.notna()]
-    kern = _flops.launched_kernels(run, ops)
     per_op = _op_factors(ops, kern, old, new, where)
     # each GPU node: its op's factor, else the bandwidth ratio (host copies: unchanged)
     frame = pd.DataFrame({"rank": g.rank[gpu].astype(np.int64), "kernel_event_id": g.event_id[gpu].astype(np.int64)})
