@@ -175,8 +175,8 @@ def test_low_mfu_builds_the_flops_op_table_once(tmp_path, monkeypatch):
     from analyses.registry import get
 
     calls = []
-    real = flops.op_table
-    monkeypatch.setattr(flops, "op_table", lambda run: calls.append(1) or real(run))
+    real, build = flops.op_table, flops.op_table_with_kernels  # op_table builds through op_table_with_kernels
+    monkeypatch.setattr(flops, "op_table_with_kernels", lambda run: calls.append(1) or build(run))
     d = _gpu_trace(tmp_path / "t")
     with tracekit.open(str(d), store=str(tmp_path / "st")) as run:
         fs = tracekit.doctor(run)

@@ -418,9 +418,9 @@ def memory_headroom(run, ctx) -> list[Candidate]:
 
 
 def low_mfu(run, ctx) -> list[Candidate]:
-    from analyses.flops import launched_kernels, mfu as mfu_of, op_table, roofline  # the analyses layer, below this one
+    from analyses.flops import mfu as mfu_of, op_table_with_kernels, roofline  # the analyses layer, below this one
 
-    ops = op_table(run)  # once: the roofline, the MFU and the kernels to speed up all read it
+    ops, kern = op_table_with_kernels(run)  # once: the roofline, the MFU and the kernels to speed up all read it
     rf = roofline(run, ops=ops)
     mfu = mfu_of(run, ops=ops)
     rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
@@ -439,7 +439,7 @@ def low_mfu(run, ctx) -> list[Candidate]:
     row, share_step = best
     r = int(row.rank)
     mine = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()]
-    names = sorted(set(launched_kernels(run, mine).name))
+    names = sorted(set(kern.merge(mine[["rank", "event_id"]], on=["rank", "event_id"]).name))
     if not names:
         return []
     factor = round(ROOFLINE_TARGET_PCT / row.share_pct, 4)
