@@ -151,15 +151,21 @@ def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams) -> np.ndarr
     return s.end_ns[1:] - s.start_ns[1:]
 
 
+def _by_link(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray):
+    """The (flow, link) entries of the routes sorted by link, then start: the order (into lf.route_links), and
+    per sorted entry its flow, start, end and link."""
+    owner = np.repeat(np.arange(len(lf)), np.diff(lf.route_ptr))
+    order = np.lexsort((start_ns[owner], lf.route_links))
+    who = owner[order]
+    return order, who, start_ns[who], end_ns[who], lf.route_links[order]
+
+
 def busy_periods(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
     """The busy period of each (flow, link) entry of the routes (lf.route_links' order): a link's flows'
     intervals merged where they overlap or are less than GAP_NS apart, numbered over all links."""
     if not len(lf):
         return np.zeros(0, np.int64)
-    owner = np.repeat(np.arange(len(lf)), np.diff(lf.route_ptr))
-    link = lf.route_links
-    order = np.lexsort((start_ns[owner], link))
-    s, e, lk = start_ns[owner][order], end_ns[owner][order], link[order]
+    order, _who, s, e, lk = _by_link(lf, start_ns, end_ns)
     new_link = np.r_[True, lk[1:] != lk[:-1]]
     period = np.empty(len(order), np.int64)
     k = -1
@@ -182,10 +188,7 @@ def overlapped(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray) -> np.nd
     out = np.zeros(len(lf), bool)
     if len(lf) < 2:
         return out
-    owner = np.repeat(np.arange(len(lf)), np.diff(lf.route_ptr))
-    link = lf.route_links
-    order = np.lexsort((start_ns[owner], link))
-    s, e, lk, who = start_ns[owner][order], end_ns[owner][order], link[order], owner[order]
+    _order, who, s, e, lk = _by_link(lf, start_ns, end_ns)
     # one running maximum over all links at once: each link's times shifted past the previous link's
     t0 = int(s.min())
     span = int(max(e.max(), s.max())) - t0 + 1

@@ -162,7 +162,7 @@ def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.
         ok = (wake >= hi - WAKE_LEAD_NS) | (covered * 2 >= window)
         if ok.any():
             out[i] = wake[ok][np.argmax(covered[ok])]
-    return _own_wakes(out, rows, ends)
+    return out
 
 
 def _nearest_is(t: np.ndarray, end: int, ends_sorted: np.ndarray) -> np.ndarray:
@@ -183,23 +183,3 @@ def _completion(rows: pd.DataFrame) -> np.ndarray:
         return ends
     nested = rows.nested_end_ns.to_numpy("float64", na_value=np.nan)
     return np.where(np.isnan(nested), ends, np.maximum(ends, np.nan_to_num(nested).astype(np.int64)))
-
-
-def _own_wakes(wake: np.ndarray, rows: pd.DataFrame, ends: np.ndarray) -> np.ndarray:
-    """Keep a wake-up only where it is this collective's: when several of a rank's collectives are in flight
-    (DDP buckets on gloo's worker threads), the caller blocks in the first one's wait() and wakes when that
-    one completes, inside the later ones' windows too; a wake belongs to the rank's collective whose runloop
-    work ended (ends: its completion) nearest to it."""
-    out = wake.copy()
-    ranks = rows["rank"].to_numpy(np.int64)
-    cpu = (rows.timeline == "cpu").to_numpy(bool)
-    for r in np.unique(ranks[wake >= 0]):
-        mine = np.flatnonzero((ranks == r) & cpu)
-        e = np.sort(ends[mine])
-        for i in np.flatnonzero((ranks == r) & (wake >= 0)):
-            j = np.searchsorted(e, wake[i])
-            near = [e[k] for k in (j - 1, j) if 0 <= k < len(e)]
-            nearest = min(near, key=lambda x: (abs(int(x) - int(wake[i])), x))
-            if abs(int(ends[i]) - int(wake[i])) > abs(int(nearest) - int(wake[i])):
-                out[i] = -1
-    return out
