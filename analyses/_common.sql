@@ -15,7 +15,8 @@ GROUP BY n.name;
 -- _gpu_ops_classified: gpu_ops with kernel_class, materialised once per connection and rule set
 -- (the view joins launches to ops and classifying runs regexes: ~0.1 s on 20k ops, paid once).
 -- The store's views are bound to the files present at connect time, so this copy cannot go stale
--- while the connection lives.
+-- while the connection lives. `prepare` runs this statement only when the store has no copy of it for
+-- these rules (Store.cache_file), and keeps what it computed there; else it reads the copy.
 CREATE OR REPLACE TEMP TABLE _gpu_ops_classified AS
 SELECT g.rank, g.event_id, g.cat, g.name, g.pid, g.tid, g.ts_ns, g.dur_ns, g.end_ns, g.correlation, g.external_id,
        g.device, g.stream, g.bytes, g.memory_bw_gbps, g.kind, g.launch_ts_ns, g.launch_dur_ns, g.launch_name,
