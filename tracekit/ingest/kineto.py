@@ -28,6 +28,11 @@ from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
 from ..store.sql import literal, literal_list
 from .reader import CHUNK_BYTES, TraceStream
 
+try:  # the compiled events decoder (setup.py); without it every run takes DuckDB's JSON reader
+    from . import _events
+except ImportError:  # pragma: no cover - built without a C compiler
+    _events = None
+
 _RANK_PATTERNS = (
     re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE),
     re.compile(r"(?:^|[^a-z])(?:rank|worker)(\d+)", re.IGNORECASE),
@@ -249,7 +254,7 @@ DERIVED_MEMORY = "640MB"
 # DuckDB converters per file, beside the reader thread. Two use both cores on a
 # lone file but hold one more chunk (~30 MB); the process pool already fills
 # the cores when there are several files.
-CONVERTERS = 1
+CONVERTERS = 2
 
 
 def ingest_task(task: dict, **kw) -> FileResult:
@@ -289,8 +294,6 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
     def convert(text: bytes, first_id: int, target: str) -> str:
         con, scratch = idle.get()
         try:
-            with open(scratch, "wb") as f:
-                f.write(text)
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
             try:
                 try:
@@ -302,6 +305,9 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
                     _write_events(con, params, text, target)
             except duckdb.Error as e:
                 raise TraceFileError(path, _event_error(str(e), first_id)) from None
+            except UnicodeDecodeError:  # DuckDB's message quoted the event and cut a UTF-8 character in two
+                raise TraceFileError(path, f"an event from traceEvents[{first_id}] on could not be read: each event "
+                                           "must be a JSON object whose ts and dur are numbers; fix or drop it") from None
             return target
         finally:
             idle.put((con, scratch))
@@ -377,6 +383,14 @@ _CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in STORED_EVENT_
 
 
 def _write_events(con, params: dict, text: bytes, target: str) -> None:
+    if _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb":
+        run = _events.decode(text, params["first_id"], params["base"])
+        if run is not None:
+            _write_decoded(con, run, target)
+            return
+    # the general path: any run the decoder declines (it names nothing; DuckDB's errors name the event)
+    with open(params["path"], "wb") as f:  # DuckDB reads the run from a scratch file
+        f.write(text)
     if _BIG_FRACTIONAL_TS.search(text):
         if not _TS_TEXT_NEEDED.search(text):  # the common case (Kineto's relative us, 3 decimals)
             try:
@@ -388,6 +402,30 @@ def _write_events(con, params: dict, text: bytes, target: str) -> None:
         con.sql(f"SELECT {_CAST_EVENTS} FROM rel").write_parquet(target, compression="zstd")
         return
     _copy_events(con, _TYPED_SQL, params, target)
+
+
+def _decoded_sql() -> str:
+    """From the compiled decoder's run (`run`) to the stored columns. Its _deferred column holds, as a JSON
+    object, the common args whose JSON type is not their column's (a stream given as "0x0", a float id):
+    json_transform converts those, as on the general path."""
+    spec, _ = _group_spec("common")
+    replace = ", ".join(f'coalesce({a.column}, _d."{a.key}") AS {a.column}' for a in ARG_COLUMNS if a.group == "common")
+    return (f"SELECT * EXCLUDE (_deferred, _d) REPLACE ({replace}) "
+            f"FROM (SELECT *, json_transform(_deferred, {spec}) AS _d FROM run)")
+
+
+_DECODED_SQL = None
+
+
+def _write_decoded(con, run, target: str) -> None:
+    """The compiled decoder's run (an Arrow C stream of the stored columns) -> one Parquet part."""
+    global _DECODED_SQL
+    if run.deferred:
+        _DECODED_SQL = _DECODED_SQL or _decoded_sql()
+        select = _DECODED_SQL
+    else:
+        select = "SELECT * EXCLUDE (_deferred) FROM run"
+    con.execute(f"COPY ({select}) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)")
 
 
 def _copy_events(con, typed_sql: str, params: dict, target: str) -> None:
