@@ -254,7 +254,7 @@ DERIVED_MEMORY = "640MB"
 # DuckDB converters per file, beside the reader thread. Two use both cores on a
 # lone file but hold one more chunk (~30 MB); the process pool already fills
 # the cores when there are several files.
-CONVERTERS = 2
+CONVERTERS = 1
 
 
 def ingest_task(task: dict, **kw) -> FileResult:
