@@ -5,8 +5,10 @@ Owns: decoding events into Arrow columns, the typed-args extraction declared in
 per-file derived tables (ranks, steps, flows, memory).
 
 No per-event Python: the reader hands over chunks of complete events as JSON
-arrays, and DuckDB's vectorised JSON reader turns each chunk into typed columns
-and Parquet (the typed-args map, exact ns timestamps, compact args JSON).
+arrays; the compiled decoder (_events.c) turns each into the typed columns, which
+DuckDB writes as Parquet, and DuckDB's vectorised JSON reader with the typed SQL
+below does the same for a chunk the decoder declines (the typed-args map, exact
+ns timestamps, compact args JSON: both give the same columns).
 """
 from __future__ import annotations
 
@@ -414,17 +416,12 @@ def _decoded_sql() -> str:
             f"FROM (SELECT *, json_transform(_deferred, {spec}) AS _d FROM run)")
 
 
-_DECODED_SQL = None
+_DECODED_SQL = _decoded_sql()
 
 
 def _write_decoded(con, run, target: str) -> None:
     """The compiled decoder's run (an Arrow C stream of the stored columns) -> one Parquet part."""
-    global _DECODED_SQL
-    if run.deferred:
-        _DECODED_SQL = _DECODED_SQL or _decoded_sql()
-        select = _DECODED_SQL
-    else:
-        select = "SELECT * EXCLUDE (_deferred) FROM run"
+    select = _DECODED_SQL if run.deferred else "SELECT * EXCLUDE (_deferred) FROM run"
     con.execute(f"COPY ({select}) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)")
 
 
