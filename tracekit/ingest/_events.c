@@ -712,7 +712,6 @@ static int parse_event(St *s) {
         if (s->p >= s->end || *s->p != '"') BAIL;
         const char *k = s->p + 1;
         int esc = 0;
-        s->scratch.len = 0;
         if (parse_string(s, NULL, NULL, &esc)) BAIL;
         if (esc) BAIL; /* an escaped key could still name a column */
         size_t n = s->p - k - 1;

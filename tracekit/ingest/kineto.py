@@ -304,7 +304,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
                     if "maximum_object_size" not in str(e):
                         raise
                     params["max_object"] = len(text) + 1  # one event over 16 MB: rare, costs memory
-                    _write_events(con, params, text, target)
+                    _write_events(con, params, text, target, decoder=False)  # it declined this run already
             except duckdb.Error as e:
                 raise TraceFileError(path, _event_error(str(e), first_id)) from None
             except UnicodeDecodeError:  # DuckDB's message quoted the event and cut a UTF-8 character in two
@@ -384,8 +384,8 @@ _MAX_OBJECT = 16 << 20
 _CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in STORED_EVENT_COLUMNS)
 
 
-def _write_events(con, params: dict, text: bytes, target: str) -> None:
-    if _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb":
+def _write_events(con, params: dict, text: bytes, target: str, decoder: bool = True) -> None:
+    if decoder and _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb":
         run = _events.decode(text, params["first_id"], params["base"])
         if run is not None:
             _write_decoded(con, run, target)
