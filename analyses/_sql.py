@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tracekit.errors import TracekitError
-from tracekit.store.sql import literal, statements
+from tracekit.store.sql import copy_sql, literal, statements
 
 from .kernel_classes import resolve_rules
 
@@ -98,7 +98,7 @@ def _write_cache(run, path: str) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        run.con.execute(f"COPY _gpu_ops_classified TO {literal(tmp)} (FORMAT parquet, COMPRESSION zstd)")
+        run.con.execute(copy_sql("SELECT * FROM _gpu_ops_classified", tmp))
         os.replace(tmp, path)
     except (OSError, duckdb.Error):
         with contextlib.suppress(OSError):

@@ -39,7 +39,7 @@ from tracekit.store.commit import final_name, new_generation, remove_orphans, sw
 from tracekit.store.manifest import Manifest
 from tracekit.store.schema import STORED_EVENT_COLUMNS, TABLES
 from tracekit.ingest.kineto import steps_query
-from tracekit.store.sql import literal, literal_list
+from tracekit.store.sql import copy_sql, literal_list
 
 __all__ = ["write_retimed_store", "is_replay_store", "REPLAY_KIND", "TIMES_COLUMNS"]
 
@@ -257,7 +257,7 @@ def _cast_cols(table: str, expr: dict[str, str] | None = None) -> str:
 
 
 def _copy(cur, select: str, target: str, params=None) -> None:
-    sql = f"COPY ({select}) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)"
+    sql = copy_sql(select, target)
     cur.execute(sql, params) if params is not None else cur.execute(sql)
 
 

@@ -27,7 +27,7 @@ import msgspec
 from ..errors import TraceFileError
 from ..store.devices import DEVICE_LANE_MARKERS, DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
 from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
-from ..store.sql import literal, literal_list
+from ..store.sql import copy_sql, literal, literal_list
 from .reader import CHUNK_BYTES, TraceStream
 
 try:  # the compiled events decoder (setup.py); without it every run takes DuckDB's JSON reader
@@ -165,41 +165,52 @@ def _exact_ts(con, text: bytes, first_id: int, base: int, rel: "duckdb.DuckDBPyR
         f"{int(base)} AS ts_ns) FROM rel e JOIN ts_text t USING (event_id) ORDER BY event_id")
 
 
-def _prefetch(batches, depth: int = 1):
+class _Prefetch:
     """Run the reader (gunzip, cutting) in a thread while DuckDB, which releases
-    the GIL, converts the previous chunk: the two cores work at once."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-    stop = threading.Event()
+    the GIL, converts the previous chunk: the two cores work at once. The thread
+    starts at once, so that it reads the first run while the caller opens its
+    database; close() stops it, iterated or not."""
 
-    def produce():
+    _DONE = object()
+
+    def __init__(self, batches, depth: int = 1):
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._produce, args=(batches,), name="tracekit-reader", daemon=True)
+        self._t.start()
+
+    def _produce(self, batches) -> None:
         try:
             for item in batches:
-                while not stop.is_set():
+                while not self._stop.is_set():
                     try:
-                        q.put(item, timeout=0.1)
+                        self._q.put(item, timeout=0.1)
                         break
                     except queue.Full:
                         continue
-                if stop.is_set():
+                if self._stop.is_set():
                     return
-            q.put(done)
+            self._q.put(self._DONE)
         except BaseException as e:  # handed to the consumer, raised there
-            q.put(e)
+            self._q.put(e)
 
-    t = threading.Thread(target=produce, name="tracekit-reader", daemon=True)
-    t.start()
-    try:
+    def __iter__(self):
         while True:
-            item = q.get()
-            if item is done:
+            item = self._q.get()
+            if item is self._DONE:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield item
-    finally:
-        stop.set()
-        t.join()
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._t.is_alive():  # a producer blocked on a full queue sees the stop within 0.1 s
+            self._t.join(0.1)
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                pass
 
 
 _CONVERT_MEMORY = "1GB"
@@ -277,6 +288,16 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
     """
     os.makedirs(stage_dir, exist_ok=True)
     stream = TraceStream(path, chunk_bytes=chunk_bytes)
+    reader = _Prefetch(stream.batches())  # reads the first run while the database opens
+    try:
+        return _convert_file(path, source, stage_dir, stream, reader, rank_from, forced_rank, only_trace,
+                             converters, reuse_connection)
+    finally:
+        reader.close()
+
+
+def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetch, rank_from, forced_rank,
+                  only_trace, converters, reuse_connection) -> FileResult:
     # Converters: each a DuckDB connection (one thread) and its scratch file.
     # Two run side by side with the reader thread; more would only add memory.
     idle: queue.Queue = queue.Queue()
@@ -319,7 +340,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
     try:
         with ThreadPoolExecutor(max_workers=converters, thread_name_prefix="tracekit-convert") as pool:
             inflight = []
-            for text, first_id, _n in _prefetch(stream.batches()):
+            for text, first_id, _n in reader:
                 if base is None:
                     base = _int(stream.head_metadata.get("baseTimeNanoseconds")) or 0
                 if len(inflight) >= converters:  # bounded: at most `converters` chunks in memory
@@ -357,7 +378,8 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
         first_ts, last_end = first_ts + late_base if first_ts is not None else None, \
             last_end + late_base if last_end is not None else None
         for part in parts:
-            con.sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet({literal(part)})").write_parquet(part + ".base", compression="zstd")
+            con.execute(copy_sql(f"SELECT * REPLACE (ts_ns + {int(late_base)} AS ts_ns) FROM read_parquet({literal(part)})",
+                                 part + ".base"))
             os.replace(part + ".base", part)
 
     rank, rank_source, world_size = _resolve_rank(path, source, meta, rank_from, forced_rank, only_trace)
@@ -401,7 +423,7 @@ def _write_events(con, params: dict, text: bytes, target: str, decoder: bool = T
             except duckdb.Error:
                 pass  # a ts the DOUBLE reading refuses: the path below names the event
         rel = _exact_ts(con, text, params["first_id"], params["base"], con.sql(_TYPED_SQL, params=params))
-        con.sql(f"SELECT {_CAST_EVENTS} FROM rel").write_parquet(target, compression="zstd")
+        con.execute(copy_sql(f"SELECT {_CAST_EVENTS} FROM rel", target))
         return
     _copy_events(con, _TYPED_SQL, params, target)
 
@@ -422,15 +444,14 @@ _DECODED_SQL = _decoded_sql()
 def _write_decoded(con, run, target: str) -> None:
     """The compiled decoder's run (an Arrow C stream of the stored columns) -> one Parquet part."""
     select = _DECODED_SQL if run.deferred else "SELECT * EXCLUDE (_deferred) FROM run"
-    con.execute(f"COPY ({select}) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)")
+    con.execute(copy_sql(select, target))
 
 
 def _copy_events(con, typed_sql: str, params: dict, target: str) -> None:
     # COPY through execute: a third of the per-chunk overhead of the relational API
     # (the paths are our own temp files, quoted)
     sql = typed_sql.replace("$path", literal(params['path']))
-    con.execute(f"COPY (SELECT {_CAST_EVENTS} FROM ({sql})) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)",
-                {k: v for k, v in params.items() if k != "path"})
+    con.execute(copy_sql(f"SELECT {_CAST_EVENTS} FROM ({sql})", target), {k: v for k, v in params.items() if k != "path"})
 
 
 def _event_error(message: str, first_id: int) -> str:
@@ -569,7 +590,7 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
         try:
             cols = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in TABLES[table])
             target = os.path.join(stage_dir, f"{table}.parquet")
-            cur.execute(f"COPY (SELECT {cols} FROM ({queries[table]})) TO {literal(target)} (FORMAT parquet, COMPRESSION zstd)")
+            cur.execute(copy_sql(f"SELECT {cols} FROM ({queries[table]})", target))
             out[table] = [target]
         finally:
             cur.close()
@@ -615,5 +636,5 @@ def _write_rank_row(con, stage_dir, span, source, meta, stream: TraceStream, ran
     cols = TABLES["ranks"]
     select = ", ".join(f"CAST(${c} AS {t}) AS {c}" for c, t, _ in cols)
     target = os.path.join(stage_dir, "ranks.parquet")
-    con.sql(f"SELECT {select}", params=row).write_parquet(target, compression="zstd")
+    con.execute(copy_sql(f"SELECT {select}", target), row)
     return target

@@ -19,6 +19,18 @@ def literal_list(items) -> str:
     return "[" + ", ".join(literal(s) for s in items) + "]"
 
 
+# How every table of the store is written (ingest, replay, the analyses' cache): zstd, with Parquet's V2
+# pages and encodings (delta-coded integers). On Kineto events DuckDB writes them ~10% faster than V1
+# pages and 30% smaller (df_index_resolver: 1.5 MB against 2.1 MB), and they read as fast; DuckDB,
+# pyarrow and polars read them.
+PARQUET_OPTIONS = "FORMAT parquet, COMPRESSION zstd, PARQUET_VERSION V2"
+
+
+def copy_sql(select: str, target: str) -> str:
+    """The statement that writes the rows of `select` to the Parquet file `target` as the store keeps them."""
+    return f"COPY ({select}) TO {literal(target)} ({PARQUET_OPTIONS})"
+
+
 def statements(text: str) -> list[str]:
     """Split on ';' at line ends (the .sql files keep one statement per ';\\n'), comment lines dropped."""
     body = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
