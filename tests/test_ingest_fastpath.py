@@ -64,8 +64,23 @@ def both(text: bytes, first_id: int = 0, base: int = 0):
             fast = _rows(con, fast_file)
             if not isinstance(general, Exception):
                 assert _types(con, fast_file) == _types(con, general_file)
+                _same_checks(con, run, general_file)
         con.close()
     return general, fast
+
+
+def _same_checks(con, run, part: str) -> None:
+    """What the decoder gathers for ingest's checks (kineto._run_checks) is what SQL gives on the general path's
+    part; a part holding collective args is never missed."""
+    n, first, last, bad, over, comm = con.execute(
+        f"""SELECT count(*), min(ts_ns) FILTER (WHERE fits), max(e) FILTER (WHERE fits),
+                   min(event_id) FILTER (WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)),
+                   min(event_id) FILTER (WHERE NOT fits), count(*) FILTER (WHERE {kineto._COMM_ARGS})
+            FROM (SELECT *, e BETWEEN {-(1 << 63)} AND {(1 << 63) - 1} AS fits
+                  FROM (SELECT *, ts_ns::HUGEINT + coalesce(dur_ns, 0) AS e FROM read_parquet('{part}')))""").fetchall()[0]
+    got_first, got_last, got_bad, got_comm, got_over = run.checks
+    assert (run.rows, got_first, got_last, got_bad, got_over) == (n, first, last, bad, over)
+    assert got_comm or not comm
 
 
 def agree(text: bytes, **kw) -> bool:
@@ -106,6 +121,8 @@ TAKEN = [  # runs the decoder must take (and match)
     ' "device": true, "cbid": 9223372036854775808, "Ev Idx": "12", "Input Dims": "not a list", "Input type": 3}}',
     '{"ph": "X", "name": "nulls", "ts": null, "dur": null, "pid": null, "id": null, "args": null}',
     '{"ph": "X", "name": "empty args", "ts": 3, "dur": 1, "args": {}, "tts": 5, "cname": "good", "unknown": [1, {"ts": 2}]}',
+    '{"ph": "X", "name": "record_param_comms", "ts": 4, "args": {"Collective name": "all_reduce", "Process Group Name": "0"}}',
+    '{"ph": "X", "name": "span beyond int64", "ts": 5000000000000000, "dur": 4000000000000000}',
 ]
 
 

@@ -140,3 +140,28 @@ def test_malformed_first_event_says_where_not_empty(tmp_path):
         ingest(str(d), str(tmp_path / "s"))
     msg = str(e.value)
     assert "rank0.json" in msg and "traceEvents[0] is not valid JSON at byte" in msg and "empty" not in msg
+
+
+@pytest.mark.parametrize("decoder", ["compiled", "duckdb"])
+@pytest.mark.parametrize("field, value, shown", [
+    ("dur", 5_000_000_000_000_000, "traceEvents[2]: its ts + dur ends beyond what 64-bit nanoseconds hold"),
+    ("dur", None, "traceEvents[2]: a complete event (ph X) needs numeric 'ts' and 'dur'"),
+])
+def test_complete_event_without_an_end_is_named(tmp_path, monkeypatch, decoder, field, value, shown):
+    """A complete event whose end is missing or beyond int64 ns (a 158-year duration) is one error naming the
+    event, on both paths (it was a DuckDB overflow traceback), and the store already there is kept."""
+    if decoder == "duckdb":
+        monkeypatch.setenv("TRACEKIT_DECODER", "duckdb")
+    events = [json.loads(e) for e in _ops(4)]
+    events[2]["ts"] = 5_000_000_000_000_000
+    events[2][field] = value
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "rank0.json").write_bytes(_doc(_ops(4)))
+    store = str(tmp_path / "s")
+    assert CliRunner().invoke(cli, ["ingest", str(d), "--store", store]).exit_code == 0
+    (d / "rank0.json").write_bytes(_doc([json.dumps(e) for e in events]))
+    r = CliRunner().invoke(cli, ["ingest", str(d), "--store", store])
+    assert r.exit_code == 2, r.output
+    assert shown in r.stderr and "rank0.json" in r.stderr and "Traceback" not in r.output
+    assert int(tracekit.open(store).sql("SELECT count(*) AS n FROM events")["n"][0]) == 4

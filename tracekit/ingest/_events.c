@@ -809,6 +809,41 @@ done:
     return 0;
 }
 
+/* What ingest's checks query (kineto._run_checks) reads from a part, gathered here so that it does not
+ * scan the part again: the span (min ts_ns, max ts_ns + coalesce(dur_ns, 0)), the first complete event
+ * (ph X) without both times, and whether some args_json may hold collective metadata (the comm_args
+ * table's filter, kineto._COMM_ARGS). overflow: the first event whose ts + dur is beyond int64 (-1 for
+ * none), which ingest refuses. */
+typedef struct {
+    int have_ts, comm;
+    int64_t first_ts, last_end, bad, overflow; /* bad, overflow: event ids, -1 for none */
+} Checks;
+
+static void run_checks(const St *s, Checks *c) {
+    const int64_t *ts = (const int64_t *)s->cols[C_TS].data.p, *dur = (const int64_t *)s->cols[C_DUR].data.p;
+    const char *tv = s->cols[C_TS].valid.p, *dv = s->cols[C_DUR].valid.p;
+    const int32_t *po = (const int32_t *)s->cols[C_PH].offs.p;
+    const char *ph = s->cols[C_PH].data.p, *phv = s->cols[C_PH].valid.p;
+    c->have_ts = 0; c->bad = -1; c->overflow = -1; c->first_ts = 0; c->last_end = 0;
+    for (size_t i = 0; i < s->rows; i++) {
+        if (tv[i]) {
+            int64_t end = ts[i];
+            if (dv[i] && __builtin_add_overflow(ts[i], dur[i], &end)) {
+                if (c->overflow < 0) c->overflow = s->first_id + (int64_t)i;
+                continue;
+            }
+            if (!c->have_ts || ts[i] < c->first_ts) c->first_ts = ts[i];
+            if (!c->have_ts || end > c->last_end) c->last_end = end;
+            c->have_ts = 1;
+        }
+        if (c->bad < 0 && phv[i] && po[i + 1] - po[i] == 1 && ph[po[i]] == 'X' && !(tv[i] && dv[i]))
+            c->bad = s->first_id + (int64_t)i;
+    }
+    /* over the run's args text at once: a match across two events' args only costs a needless scan */
+    const Buf *a = &s->cols[C_ARGS_JSON].data;
+    c->comm = a->len && (memmem(a->p, a->len, "\"Collective name\"", 17) || memmem(a->p, a->len, "\"Process Group", 14));
+}
+
 static void st_free(St *s) {
     for (int c = 0; c < N_COLS; c++) {
         free(s->cols[c].data.p);
@@ -1008,6 +1043,7 @@ typedef struct {
     PyObject_HEAD
     Data *data;
     Py_ssize_t deferred;
+    Checks checks;
 } RunObject;
 
 static void run_dealloc(RunObject *self) {
@@ -1048,7 +1084,32 @@ static PyObject *run_deferred(RunObject *self, void *closure) {
     return PyLong_FromSsize_t(self->deferred);
 }
 
+static PyObject *run_checks_get(RunObject *self, void *closure) {
+    (void)closure;
+    const Checks *c = &self->checks;
+    PyObject *t = Py_BuildValue("(OOOOO)", Py_None, Py_None, Py_None, c->comm ? Py_True : Py_False, Py_None);
+    if (!t) return NULL;
+    if (c->have_ts) {
+        PyObject *a = PyLong_FromLongLong(c->first_ts), *b = PyLong_FromLongLong(c->last_end);
+        if (!a || !b) { Py_XDECREF(a); Py_XDECREF(b); Py_DECREF(t); return NULL; }
+        Py_SETREF(((PyTupleObject *)t)->ob_item[0], a);
+        Py_SETREF(((PyTupleObject *)t)->ob_item[1], b);
+    }
+    int64_t ids[2] = {c->bad, c->overflow};
+    for (int k = 0; k < 2; k++) {
+        if (ids[k] < 0) continue;
+        PyObject *b = PyLong_FromLongLong(ids[k]);
+        if (!b) { Py_DECREF(t); return NULL; }
+        Py_SETREF(((PyTupleObject *)t)->ob_item[k ? 4 : 2], b);
+    }
+    return t;
+}
+
 static PyGetSetDef RUN_GETSET[] = {{"rows", (getter)run_rows, NULL, "events in the run", NULL},
+                                   {"checks", (getter)run_checks_get, NULL,
+                                    "(first_ts_ns, last_end_ns, first complete event without both times, "
+                                    "may hold comm args, first event whose ts + dur is beyond int64): what "
+                                    "ingest's checks query gives (kineto._run_checks)", NULL},
                                    {"deferred", (getter)run_deferred, NULL,
                                     "events whose _deferred column holds common args for json_transform", NULL},
                                    {NULL, NULL, NULL, NULL, NULL}};
@@ -1077,6 +1138,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     s->first_id = first_id;
     int r = 0;
     Data *d = NULL;
+    Checks checks;
     Py_BEGIN_ALLOW_THREADS
     /* sized from the run: most growth happens once */
     size_t n = (size_t)view.len;
@@ -1088,6 +1150,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                        : buf_reserve(&s->cols[c].data, n / 16));
     }
     if (!r) r = parse_run(s);
+    if (!r) run_checks(s, &checks);
     if (!r) d = data_from(s);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
@@ -1100,6 +1163,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     if (!o) { data_unref(d); return NULL; }
     o->data = d;
     o->deferred = deferred;
+    o->checks = checks;
     return (PyObject *)o;
 }
 

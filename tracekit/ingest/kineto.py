@@ -312,26 +312,26 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
         made.append((con.cursor(), scratch))
         idle.put(made[-1])
     parts: list[str] = []
+    checks: list[tuple | None] = []  # per part, what the decoder gathered for the checks (None: not decoded)
     base = None
 
-    def convert(text: bytes, first_id: int, target: str) -> str:
+    def convert(text: bytes, first_id: int, target: str) -> tuple[str, tuple | None]:
         con, scratch = idle.get()
         try:
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
             try:
                 try:
-                    _write_events(con, params, text, target)
+                    return target, _write_events(con, params, text, target)
                 except duckdb.Error as e:
                     if "maximum_object_size" not in str(e):
                         raise
                     params["max_object"] = len(text) + 1  # one event over 16 MB: rare, costs memory
-                    _write_events(con, params, text, target, decoder=False)  # it declined this run already
+                    return target, _write_events(con, params, text, target, decoder=False)  # it declined this run already
             except duckdb.Error as e:
                 raise TraceFileError(path, _event_error(str(e), first_id)) from None
             except UnicodeDecodeError:  # DuckDB's message quoted the event and cut a UTF-8 character in two
                 raise TraceFileError(path, f"an event from traceEvents[{first_id}] on could not be read: each event "
                                            "must be a JSON object whose ts and dur are numbers; fix or drop it") from None
-            return target
         finally:
             idle.put((con, scratch))
 
@@ -344,12 +344,12 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
                 if base is None:
                     base = _int(stream.head_metadata.get("baseTimeNanoseconds")) or 0
                 if len(inflight) >= converters:  # bounded: at most `converters` chunks in memory
-                    parts.append(inflight.pop(0).result())
+                    _add(parts, checks, inflight.pop(0).result())
                 target = os.path.join(stage_dir, f"events-{len(parts) + len(inflight):06d}.parquet")
                 inflight.append(pool.submit(convert, text, first_id, target))
                 del text
             for fut in inflight:
-                parts.append(fut.result())
+                _add(parts, checks, fut.result())
         if not parts and stream.broken:
             raise TraceFileError(path, f"{stream.broken}, before any complete event; fix or drop that event, "
                                        "or export the trace again")
@@ -367,12 +367,7 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
 
     meta = stream.metadata
     events = f"read_parquet({literal_list(parts)})"
-    # one pass for the checks and the span the ranks row needs
-    n_events, first_ts, last_end, bad = con.execute(
-        f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)), "
-        f"min(event_id) FILTER (WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)) FROM {events}").fetchall()[0]
-    if bad is not None:
-        raise TraceFileError(path, f"traceEvents[{bad}]: a complete event (ph X) needs numeric 'ts' and 'dur'; fix or drop that event")
+    n_events, first_ts, last_end, comm_parts = _run_checks(con, path, parts, checks)
     late_base = _int(meta.get("baseTimeNanoseconds")) if "baseTimeNanoseconds" not in stream.head_metadata else None
     if late_base:  # the base came after traceEvents: shift what was written
         first_ts, last_end = first_ts + late_base if first_ts is not None else None, \
@@ -390,7 +385,7 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
     con.execute(f"SET temp_directory = {literal(spill)}")
     con.execute(f"SET memory_limit = '{DERIVED_MEMORY}'")
     try:
-        staged.update(_derived_tables(con, stage_dir, events))
+        staged.update(_derived_tables(con, stage_dir, events, comm_parts))
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     staged["ranks"] = [_write_rank_row(con, stage_dir, (n_events, first_ts, last_end), source, meta, stream,
@@ -406,12 +401,52 @@ _MAX_OBJECT = 16 << 20
 _CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in STORED_EVENT_COLUMNS)
 
 
-def _write_events(con, params: dict, text: bytes, target: str, decoder: bool = True) -> None:
+def _add(parts: list[str], checks: list, written: tuple[str, tuple | None]) -> None:
+    parts.append(written[0])
+    checks.append(written[1])
+
+
+def _run_checks(con, path: str, parts: list[str], checks: list[tuple | None]):
+    """Refuse a file with a complete event that lacks a time or ends beyond int64 ns; else return its event
+    count, span (first ts, last end) and the parts that may hold collective args. From what the decoder
+    gathered (`checks`, per part), and one query over the parts it did not decode."""
+    known = [c for c in checks if c is not None]
+    rest = literal_list([p for p, c in zip(parts, checks) if c is None])
+    if rest != "[]":
+        try:
+            known.append(con.execute(
+                f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)), "
+                f"min(event_id) FILTER (WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)), true, NULL "
+                f"FROM read_parquet({rest})").fetchall()[0])
+        except duckdb.OutOfRangeException:  # some ts + dur beyond int64
+            known.append((0, None, None, None, True, con.execute(
+                f"SELECT min(event_id) FROM read_parquet({rest}) "
+                f"WHERE ts_ns::HUGEINT + dur_ns NOT BETWEEN {-(1 << 63)} AND {(1 << 63) - 1}").fetchall()[0][0]))
+
+    def least(i, f):
+        vals = [k[i] for k in known if k[i] is not None]
+        return f(vals) if vals else None
+
+    overflow, bad = least(5, min), least(3, min)
+    if overflow is not None:
+        raise TraceFileError(path, f"traceEvents[{overflow}]: its ts + dur ends beyond what 64-bit nanoseconds hold "
+                                   "(292 years); fix or drop that event")
+    if bad is not None:
+        raise TraceFileError(path, f"traceEvents[{bad}]: a complete event (ph X) needs numeric 'ts' and 'dur'; "
+                                   "fix or drop that event")
+    comm = [p for p, c in zip(parts, checks) if c is None or c[4]]
+    return sum(k[0] for k in known), least(1, min), least(2, max), comm
+
+
+def _write_events(con, params: dict, text: bytes, target: str, decoder: bool = True) -> tuple | None:
+    """Write one run as the Parquet part `target`. Returns, for a run the compiled decoder took, (rows, first
+    ts, last end, first complete event without both times, may hold comm args); None for the general path."""
     if decoder and _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb":
         run = _events.decode(text, params["first_id"], params["base"])
         if run is not None:
             _write_decoded(con, run, target)
-            return
+            checks = run.checks
+            return None if checks is None else (run.rows,) + checks
     # the general path: any run the decoder declines (it names nothing; DuckDB's errors name the event)
     with open(params["path"], "wb") as f:  # DuckDB reads the run from a scratch file
         f.write(text)
@@ -419,13 +454,14 @@ def _write_events(con, params: dict, text: bytes, target: str, decoder: bool = T
         if not _TS_TEXT_NEEDED.search(text):  # the common case (Kineto's relative us, 3 decimals)
             try:
                 _copy_events(con, _TYPED_SQL_EXACT_TS, params, target)
-                return
+                return None
             except duckdb.Error:
                 pass  # a ts the DOUBLE reading refuses: the path below names the event
         rel = _exact_ts(con, text, params["first_id"], params["base"], con.sql(_TYPED_SQL, params=params))
         con.execute(copy_sql(f"SELECT {_CAST_EVENTS} FROM rel", target))
-        return
+        return None
     _copy_events(con, _TYPED_SQL, params, target)
+    return None
 
 
 def _decoded_sql() -> str:
@@ -549,8 +585,11 @@ def steps_query(ev: str) -> str:
             FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns"""
 
 
-def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
+def _derived_tables(con, stage_dir: str, ev: str, comm_parts: list[str]) -> dict[str, list[str]]:
+    """The per-file tables derived from the events `ev` (a relation over the parts). comm_parts: the parts
+    that may hold collective args (_run_checks); comm_args reads only those."""
     out = {}
+    comm_ev = f"read_parquet({literal_list(comm_parts)})" if comm_parts else f"(SELECT * FROM {ev} LIMIT 0)"
     queries = {
         "steps": steps_query(ev),
         # a flow's start (s) and end (f) share (cat, id); one aggregation pairs them
@@ -582,7 +621,7 @@ def _derived_tables(con, stage_dir: str, ev: str) -> dict[str, list[str]]:
         "comm_args": f"""
             SELECT event_id, {", ".join(_group_spec("comm")[1])}
             FROM (SELECT event_id, json_transform(args_json, {_group_spec("comm")[0]}) AS _comm
-                  FROM {ev} WHERE {_COMM_ARGS})
+                  FROM {comm_ev} WHERE {_COMM_ARGS})
             ORDER BY event_id""",
     }
     def write(table: str) -> None:
