@@ -49,14 +49,11 @@ def both(text: bytes, first_id: int = 0, base: int = 0):
         con = kineto._connect()
         params = {"path": scratch, "first_id": first_id, "base": base, "max_object": kineto._MAX_OBJECT}
         general_file, fast_file = os.path.join(d, "general.parquet"), os.path.join(d, "fast.parquet")
-        saved, kineto._events = kineto._events, None
         try:
             kineto._write_events(con, params, text, general_file)
             general = _rows(con, general_file)
         except (duckdb.Error, UnicodeDecodeError) as e:  # the latter: DuckDB's message cut a character
             general = e
-        finally:
-            kineto._events = saved
         run = kineto._events.decode(text, first_id, base)
         fast = None
         if run is not None:
@@ -286,5 +283,5 @@ def test_shared_traces_give_the_same_store(rel, tmp_path, monkeypatch):
 def test_shared_traces_take_the_decoder(rel):
     """Every run of every real trace goes through the decoder: none is left to the slower path."""
     for f in sorted(shared_trace_dir(rel).glob("*.json*")):
-        runs = [kineto._events.decode(text, first, 0) for text, first, _ in TraceStream(str(f)).batches()]
+        runs = [kineto._events.decode(text, first, 0) for text, first, _, _ in TraceStream(str(f)).batches()]
         assert all(r is not None for r in runs), f"{f.name}: {sum(r is None for r in runs)} of {len(runs)} runs declined"

@@ -287,7 +287,7 @@ def ingest_kineto(path: str, source: str, stage_dir: str, *, rank_from: str = "a
     Raises TraceFileError (naming the file) on input that cannot be ingested.
     """
     os.makedirs(stage_dir, exist_ok=True)
-    stream = TraceStream(path, chunk_bytes=chunk_bytes)
+    stream = TraceStream(path, chunk_bytes=chunk_bytes, decoder=_decoder())
     reader = _Prefetch(stream.batches())  # reads the first run while the database opens
     try:
         return _convert_file(path, source, stage_dir, stream, reader, rank_from, forced_rank, only_trace,
@@ -315,18 +315,21 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
     checks: list[tuple | None] = []  # per part, what the decoder gathered for the checks (None: not decoded)
     base = None
 
-    def convert(text: bytes, first_id: int, target: str) -> tuple[str, tuple | None]:
+    def convert(text: bytes | None, first_id: int, run, target: str) -> tuple[str, tuple | None]:
         con, scratch = idle.get()
         try:
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
             try:
+                if run is not None:  # the reader's decoder took it
+                    return target, _write_decoded(con, run, target)
                 try:
-                    return target, _write_events(con, params, text, target)
+                    _write_events(con, params, text, target)
                 except duckdb.Error as e:
                     if "maximum_object_size" not in str(e):
                         raise
                     params["max_object"] = len(text) + 1  # one event over 16 MB: rare, costs memory
-                    return target, _write_events(con, params, text, target, decoder=False)  # it declined this run already
+                    _write_events(con, params, text, target)
+                return target, None
             except duckdb.Error as e:
                 raise TraceFileError(path, _event_error(str(e), first_id)) from None
             except UnicodeDecodeError:  # DuckDB's message quoted the event and cut a UTF-8 character in two
@@ -340,14 +343,14 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
     try:
         with ThreadPoolExecutor(max_workers=converters, thread_name_prefix="tracekit-convert") as pool:
             inflight = []
-            for text, first_id, _n in reader:
+            for text, first_id, _n, run in reader:
                 if base is None:
-                    base = _int(stream.head_metadata.get("baseTimeNanoseconds")) or 0
+                    base = _base(stream.head_metadata)
                 if len(inflight) >= converters:  # bounded: at most `converters` chunks in memory
                     _add(parts, checks, inflight.pop(0).result())
                 target = os.path.join(stage_dir, f"events-{len(parts) + len(inflight):06d}.parquet")
-                inflight.append(pool.submit(convert, text, first_id, target))
-                del text
+                inflight.append(pool.submit(convert, text, first_id, run, target))
+                del text, run
             for fut in inflight:
                 _add(parts, checks, fut.result())
         if not parts and stream.broken:
@@ -438,30 +441,37 @@ def _run_checks(con, path: str, parts: list[str], checks: list[tuple | None]):
     return sum(k[0] for k in known), least(1, min), least(2, max), comm
 
 
-def _write_events(con, params: dict, text: bytes, target: str, decoder: bool = True) -> tuple | None:
-    """Write one run as the Parquet part `target`. Returns, for a run the compiled decoder took, (rows, first
-    ts, last end, first complete event without both times, may hold comm args); None for the general path."""
-    if decoder and _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb":
-        run = _events.decode(text, params["first_id"], params["base"])
-        if run is not None:
-            _write_decoded(con, run, target)
-            checks = run.checks
-            return None if checks is None else (run.rows,) + checks
-    # the general path: any run the decoder declines (it names nothing; DuckDB's errors name the event)
+def _base(head_metadata: dict) -> int:
+    """The ns added to every ts: the trace's baseTimeNanoseconds, when it comes before traceEvents."""
+    return _int(head_metadata.get("baseTimeNanoseconds")) or 0
+
+
+def _decode_run(text: bytes, first_id: int, head_metadata: dict):
+    return _events.decode(text, first_id, _base(head_metadata))
+
+
+def _decoder():
+    """The reader's decoder (TraceStream's `decoder`): the compiled one, unless it is not built or
+    TRACEKIT_DECODER=duckdb asks for DuckDB's reader on every run."""
+    return _decode_run if _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb" else None
+
+
+def _write_events(con, params: dict, text: bytes, target: str) -> None:
+    """The general path: one run the decoder declined (it names nothing; DuckDB's errors name the event)
+    -> the Parquet part `target`."""
     with open(params["path"], "wb") as f:  # DuckDB reads the run from a scratch file
         f.write(text)
     if _BIG_FRACTIONAL_TS.search(text):
         if not _TS_TEXT_NEEDED.search(text):  # the common case (Kineto's relative us, 3 decimals)
             try:
                 _copy_events(con, _TYPED_SQL_EXACT_TS, params, target)
-                return None
+                return
             except duckdb.Error:
                 pass  # a ts the DOUBLE reading refuses: the path below names the event
         rel = _exact_ts(con, text, params["first_id"], params["base"], con.sql(_TYPED_SQL, params=params))
         con.execute(copy_sql(f"SELECT {_CAST_EVENTS} FROM rel", target))
-        return None
+        return
     _copy_events(con, _TYPED_SQL, params, target)
-    return None
 
 
 def _decoded_sql() -> str:
@@ -477,10 +487,13 @@ def _decoded_sql() -> str:
 _DECODED_SQL = _decoded_sql()
 
 
-def _write_decoded(con, run, target: str) -> None:
-    """The compiled decoder's run (an Arrow C stream of the stored columns) -> one Parquet part."""
+def _write_decoded(con, run, target: str) -> tuple:
+    """The compiled decoder's run (an Arrow C stream of the stored columns) -> one Parquet part. Returns what
+    the decoder gathered for the checks: (rows, first ts, last end, first complete event without both
+    times, may hold comm args, first event ending beyond int64), see _run_checks."""
     select = _DECODED_SQL if run.deferred else "SELECT * EXCLUDE (_deferred) FROM run"
     con.execute(copy_sql(select, target))
+    return (run.rows,) + run.checks
 
 
 def _copy_events(con, typed_sql: str, params: dict, target: str) -> None:

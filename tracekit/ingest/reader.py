@@ -57,11 +57,18 @@ class TraceStream:
     After iteration: `metadata` holds every top-level key except traceEvents,
     `event_count` the events yielded, `lost_events` the incomplete events a
     truncated file lost, `warnings` human-readable notes.
+
+    decoder(run, first_id, head_metadata) -> a decoded run (with `.rows`) or None: called first on each
+    candidate run.
+    A run it takes is complete, valid JSON (it parses all of it), so the cheaper of the two checks
+    is skipped and the run is handed on decoded; on None the run is checked as JSON as without it.
     """
 
-    def __init__(self, path: str | os.PathLike, chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, path: str | os.PathLike, chunk_bytes: int = CHUNK_BYTES,
+                 decoder: Callable[[bytes, int, dict], Any] | None = None):
         self.path = os.fspath(path)
         self.chunk_bytes = chunk_bytes
+        self._decoder = decoder
         self.metadata: dict[str, Any] = {}
         self.head_metadata: dict[str, Any] = {}
         self.event_count = 0
@@ -115,8 +122,9 @@ class TraceStream:
                 self.warnings.append("gzip stream ends early (file cut short)")
 
     # -- events -------------------------------------------------------------
-    def batches(self) -> Iterator[tuple[bytes, int, int]]:
-        """Yield (b"[...]", first, n): JSON arrays of consecutive complete events.
+    def batches(self) -> Iterator[tuple[bytes | None, int, int, Any]]:
+        """Yield (b"[...]", first, n, None) or (None, first, n, decoded): runs of consecutive complete events,
+        as a JSON array, or as what the decoder made of it.
 
         Each array has been checked to be complete, valid JSON; `first` is the
         index of its first event in traceEvents, `n` its number of events.
@@ -213,8 +221,13 @@ class TraceStream:
             raise TraceFileError(self.path, f"not valid JSON ({e})") from None
         raise NotATraceError(self.path, "valid JSON but has no traceEvents array (not a Kineto trace)")
 
-    def _run(self, decode: Callable[[bytes], list], segment: bytes) -> tuple[bytes, int, int]:
+    def _run(self, decode: Callable[[bytes], list], segment: bytes) -> tuple[bytes | None, int, int, Any]:
         text = b"[" + segment + b"]"
+        first = self.event_count
+        decoded = self._decoder(text, first, self.head_metadata) if self._decoder is not None else None
+        if decoded is not None:
+            self.event_count += decoded.rows
+            return None, first, decoded.rows, decoded
         try:
             n = len(decode(text))
         except msgspec.ValidationError as e:
@@ -224,9 +237,8 @@ class TraceStream:
             if m and int(m.group(2)) < len(text) - 1:
                 raise _Broken from None
             raise
-        first = self.event_count
         self.event_count += n
-        return text, first, n
+        return text, first, n, None
 
     def _where(self, msg: str) -> str:
         m = re.search(r"`\$\[(\d+)\]([^`]*)`", msg)
@@ -237,7 +249,7 @@ class TraceStream:
         what = msg.split(" - at ")[0]
         return f"traceEvents[{index}] field '{field}': {what}; fix or drop that event"
 
-    def _cut(self, buf: bytes, pos: int, decode, limit: int | None = None) -> tuple[tuple[bytes, int, int], int] | None:
+    def _cut(self, buf: bytes, pos: int, decode, limit: int | None = None) -> tuple[tuple, int] | None:
         """Decode the longest run of complete events starting at pos that ends
         at the last `},{` boundary before limit; return (events, start of next event)."""
         hi = len(buf) if limit is None else min(limit, len(buf))
@@ -261,7 +273,7 @@ class TraceStream:
             hi = j
         return None
 
-    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int, int]]:
+    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple]:
         # complete file: the array's closing bracket followed by valid metadata
         hi = len(rest)
         tries = 0
@@ -288,7 +300,7 @@ class TraceStream:
             tries += 1
             segment = rest[:q].strip(_WS)
             try:
-                events = self._run(decode, segment) if segment else (b"[]", self.event_count, 0)
+                events = self._run(decode, segment) if segment else (b"[]", self.event_count, 0, None)
             except msgspec.DecodeError as e:
                 if not _decode_error(e):
                     raise
@@ -300,7 +312,7 @@ class TraceStream:
             return
         yield from self._salvage(rest, decode, array_format)
 
-    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple[bytes, int, int]]:
+    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple]:
         """The array never closes: keep every complete event, count the rest."""
         self.truncated = True
         hi = len(rest)
@@ -321,7 +333,7 @@ class TraceStream:
             return
         self._lost(rest, array_format)
 
-    def _salvage_broken(self, buf: bytes, pos: int, dropped: int, decode, blocks) -> Iterator[tuple[bytes, int, int]]:
+    def _salvage_broken(self, buf: bytes, pos: int, dropped: int, decode, blocks) -> Iterator[tuple]:
         """traceEvents is not JSON somewhere in buf[pos:]: keep every complete event before that byte,
         count the events after it, and say where the file is broken."""
         try:
