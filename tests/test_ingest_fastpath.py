@@ -285,3 +285,35 @@ def test_shared_traces_take_the_decoder(rel):
     for f in sorted(shared_trace_dir(rel).glob("*.json*")):
         runs = [kineto._events.decode(text, first, 0) for text, first, _, _ in TraceStream(str(f)).batches()]
         assert all(r is not None for r in runs), f"{f.name}: {sum(r is None for r in runs)} of {len(runs)} runs declined"
+
+
+def test_decoder_takes_only_valid_json():
+    """The reader skips its JSON check on a run the decoder takes (TraceStream's decoder): so the decoder must
+    take only complete, valid JSON. Byte-mutated runs of the bundled samples that it takes decode with
+    msgspec, to as many events."""
+    import random
+
+    import msgspec
+
+    check = msgspec.json.Decoder(list[msgspec.Raw])
+    seeds = [text for f in sorted((REPO / "sample_traces").glob("*/rank*.trace.json*"))
+             for text, _, _, _ in TraceStream(str(f), chunk_bytes=4 << 10).batches()][:400]
+    rng = random.Random(20261203)
+    alphabet = b'{}[]",:\\ \t\n\r\x0b\x0c01-+.eE9atrufnlsx\x00\x1f\x7f\xc3\xa9\xff/'
+    taken = 0
+    for _ in range(6000):
+        t = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            i, c = rng.randrange(len(t)), bytes([rng.choice(alphabet)])
+            op = rng.randrange(3)
+            if op == 0:
+                t[i:i + 1] = c
+            elif op == 1:
+                t[i:i] = c
+            else:
+                del t[i]
+        run = kineto._events.decode(bytes(t), 0, 0)
+        if run is not None:
+            taken += 1
+            assert len(check.decode(bytes(t))) == run.rows, bytes(t)[:300]
+    assert taken > 500  # the test reaches the decoder's accepting side
