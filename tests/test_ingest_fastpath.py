@@ -55,10 +55,18 @@ def both(text: bytes, first_id: int = 0, base: int = 0):
         except (duckdb.Error, UnicodeDecodeError) as e:  # the latter: DuckDB's message cut a character
             general = e
         run = kineto._events.decode(text, first_id, base)
+        # the reader hands over the events without the brackets (a view of its buffer): the same run
+        inside = text.strip()[1:-1] if text.strip()[:1] == b"[" and text.strip()[-1:] == b"]" else None
+        bare = kineto._events.decode(memoryview(inside), first_id, base, True) if inside is not None else None
+        assert (bare is None) == (run is None) or inside is None
         fast = None
         if run is not None:
             kineto._write_decoded(con, run, fast_file)
             fast = _rows(con, fast_file)
+            if bare is not None:
+                bare_file = os.path.join(d, "bare.parquet")
+                assert kineto._write_decoded(con, bare, bare_file) == (run.rows,) + run.checks
+                assert _rows(con, bare_file) == fast
             if not isinstance(general, Exception):
                 assert _types(con, fast_file) == _types(con, general_file)
                 _same_checks(con, run, general_file)
@@ -283,7 +291,7 @@ def test_shared_traces_give_the_same_store(rel, tmp_path, monkeypatch):
 def test_shared_traces_take_the_decoder(rel):
     """Every run of every real trace goes through the decoder: none is left to the slower path."""
     for f in sorted(shared_trace_dir(rel).glob("*.json*")):
-        runs = [kineto._events.decode(text, first, 0) for text, first, _, _ in TraceStream(str(f)).batches()]
+        runs = [run for _, _, _, run in TraceStream(str(f), decoder=kineto._decoder()).batches()]
         assert all(r is not None for r in runs), f"{f.name}: {sum(r is None for r in runs)} of {len(runs)} runs declined"
 
 

@@ -771,19 +771,26 @@ static int parse_event(St *s) {
     return end_row(s, ph_at, name_at);
 }
 
-static int parse_run(St *s) {
+/* A JSON array of events, or with bare set the events alone, comma-separated (the array's inside: the
+ * reader hands over a slice of its buffer rather than a bracketed copy). */
+static int parse_run(St *s, int bare) {
     ws(s);
-    if (s->p >= s->end || *s->p != '[') BAIL;
-    s->p++;
-    ws(s);
-    if (s->p < s->end && *s->p == ']') { s->p++; goto done; }
+    if (!bare) {
+        if (s->p >= s->end || *s->p != '[') BAIL;
+        s->p++;
+        ws(s);
+        if (s->p < s->end && *s->p == ']') { s->p++; goto done; }
+    } else if (s->p >= s->end) goto done;
     for (;;) {
         ws(s);
         if (parse_event(s)) BAIL;
         ws(s);
-        if (s->p >= s->end) BAIL;
+        if (s->p >= s->end) {
+            if (bare) break;
+            BAIL;
+        }
         if (*s->p == ',') { s->p++; continue; }
-        if (*s->p == ']') { s->p++; break; }
+        if (*s->p == ']' && !bare) { s->p++; break; }
         BAIL;
     }
 done:
@@ -1124,12 +1131,14 @@ static PyTypeObject RunType = {
     .tp_getset = RUN_GETSET,
 };
 
-/* decode(run: bytes-like, first_id: int, base_ns: int) -> Run, or None for the general path. */
+/* decode(run: bytes-like, first_id: int, base_ns: int, bare: bool = False) -> Run, or None for the general
+ * path. bare: run holds the events without the array's brackets. */
 static PyObject *decode(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
     long long base, first_id;
-    if (!PyArg_ParseTuple(args, "y*LL", &view, &first_id, &base)) return NULL;
+    int bare = 0;
+    if (!PyArg_ParseTuple(args, "y*LL|p", &view, &first_id, &base, &bare)) return NULL;
     St *s = calloc(1, sizeof(St));
     if (!s) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
     s->p = view.buf;
@@ -1149,7 +1158,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             (IS_STR[c] ? buf_reserve(&s->cols[c].offs, n / 32) || buf_put(&s->cols[c].offs, (char *)&z, 4)
                        : buf_reserve(&s->cols[c].data, n / 16));
     }
-    if (!r) r = parse_run(s);
+    if (!r) r = parse_run(s, bare);
     if (!r) run_checks(s, &checks);
     if (!r) d = data_from(s);
     Py_END_ALLOW_THREADS
@@ -1169,7 +1178,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
 
 static PyMethodDef METHODS[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(run, first_id, base_ns) -> Run of a JSON array of Kineto events, or None for the general path"},
+     "decode(run, first_id, base_ns, bare=False) -> Run of a JSON array of Kineto events (bare: the events "
+     "without the brackets), or None for the general path"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_events", NULL, -1, METHODS, NULL, NULL, NULL, NULL};

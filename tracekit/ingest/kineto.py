@@ -446,8 +446,8 @@ def _base(head_metadata: dict) -> int:
     return _int(head_metadata.get("baseTimeNanoseconds")) or 0
 
 
-def _decode_run(text: bytes, first_id: int, head_metadata: dict):
-    return _events.decode(text, first_id, _base(head_metadata))
+def _decode_run(events, first_id: int, head_metadata: dict):
+    return _events.decode(events, first_id, _base(head_metadata), True)
 
 
 def _decoder():

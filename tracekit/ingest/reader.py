@@ -58,8 +58,9 @@ class TraceStream:
     `event_count` the events yielded, `lost_events` the incomplete events a
     truncated file lost, `warnings` human-readable notes.
 
-    decoder(run, first_id, head_metadata) -> a decoded run (with `.rows`) or None: called first on each
-    candidate run.
+    decoder(events, first_id, head_metadata) -> a decoded run (with `.rows`) or None: called first on each
+    candidate run, given as its comma-separated events without the array's brackets (a view of the read
+    buffer, not a copy).
     A run it takes is complete, valid JSON (it parses all of it), so the cheaper of the two checks
     is skipped and the run is handed on decoded; on None the run is checked as JSON as without it.
     """
@@ -221,13 +222,13 @@ class TraceStream:
             raise TraceFileError(self.path, f"not valid JSON ({e})") from None
         raise NotATraceError(self.path, "valid JSON but has no traceEvents array (not a Kineto trace)")
 
-    def _run(self, decode: Callable[[bytes], list], segment: bytes) -> tuple[bytes | None, int, int, Any]:
-        text = b"[" + segment + b"]"
+    def _run(self, decode: Callable[[bytes], list], segment: bytes | memoryview) -> tuple[bytes | None, int, int, Any]:
         first = self.event_count
-        decoded = self._decoder(text, first, self.head_metadata) if self._decoder is not None else None
+        decoded = self._decoder(segment, first, self.head_metadata) if self._decoder is not None else None
         if decoded is not None:
             self.event_count += decoded.rows
             return None, first, decoded.rows, decoded
+        text = b"[" + segment + b"]"
         try:
             n = len(decode(text))
         except msgspec.ValidationError as e:
@@ -266,7 +267,8 @@ class TraceStream:
                     k += 1
                 if k < len(buf) and buf[k] == 0x7B:  # '{'
                     try:
-                        return self._run(decode, buf[pos:j + 1]), k
+                        with memoryview(buf) as view:  # no copy of the run for the decoder
+                            return self._run(decode, view[pos:j + 1]), k
                     except msgspec.DecodeError as e:
                         if not _decode_error(e):
                             raise
