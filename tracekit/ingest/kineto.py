@@ -345,14 +345,18 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
     try:
         with ThreadPoolExecutor(max_workers=converters, thread_name_prefix="tracekit-convert") as pool:
             inflight = []
-            for text, first_id, _n, run in reader:
+            runs = iter(reader)
+            while True:
+                if len(inflight) >= converters:  # bounded: at most `converters` runs converting, and the
+                    _add(parts, checks, inflight.pop(0).result())  # next one taken only when one is free
+                item = next(runs, None)
+                if item is None:
+                    break
                 if base is None:
                     base = _base(stream.head_metadata)
-                if len(inflight) >= converters:  # bounded: at most `converters` chunks in memory
-                    _add(parts, checks, inflight.pop(0).result())
                 target = os.path.join(stage_dir, f"events-{len(parts) + len(inflight):06d}.parquet")
-                inflight.append(pool.submit(convert, text, first_id, run, target))
-                del text, run
+                inflight.append(pool.submit(convert, item[0], item[1], item[3], target))
+                del item
             for fut in inflight:
                 _add(parts, checks, fut.result())
         if not parts and stream.broken:
