@@ -15,6 +15,7 @@ repeats, and ratios against baselines measured in the same run, are what to comp
 - whole-process: `tracekit ingest DIR --store S --force` and a whole-process HTA load (`python -c` importing
   hta and loading), interpreter start and imports included;
 - `tracekit --version` / `--help` wall time, and `tracekit.open(store)` + connect on the ingested store
+  (the median, and the first after the ingest, which writes the store's views database)
   (imports excluded and included), each a fresh process.
 
 Prints the figures and the ratios against the targets; with --md replaces the section between
@@ -169,11 +170,14 @@ def bench_one(trace_dir: str, repeat: int, hta: bool) -> dict:
             if hta:
                 hta_in.append(run_snippet(_HTA, trace_dir))
                 hta_whole.append({"s": _wall([sys.executable, "-c", _HTA_WHOLE, trace_dir])})
+        # the first connection after an ingest writes the store's views database (Store.views_db), the later
+        # ones attach it: the median is what a question pays, the first is shown beside it
         opens = [run_snippet(_OPEN, store) for _ in range(max(repeat, 5))]
         res["decoders"] = run_snippet(_DECODERS, trace_dir)
         res.update(mb=dec[0]["bytes"] / 1e6, ingest_s=med(ing), ingest_cpu_s=med(ing, "cpu_s"),
                    rss_mb=max(r["rss_mb"] for r in ing), decode_s=med(dec), gunzip_s=med(dec, "gunzip_s"),
-                   whole_s=med(whole), open_s=med(opens), open_imports_s=med(opens, "with_imports_s"))
+                   whole_s=med(whole), open_s=med(opens), open_imports_s=med(opens, "with_imports_s"),
+                   first_open_s=opens[0]["s"])
         if hta:
             res.update(hta_s=med(hta_in), hta_whole_s=med(hta_whole))
     return res
@@ -220,7 +224,7 @@ def main() -> int:
         print(f"  ingest peak RSS                  {r['rss_mb']:.0f} MB = {r['rss_mb'] / r['mb']:.2f}x the "
               "uncompressed size (target <= 3x)")
         print(f"  open + connect on the store      {r['open_s']:.3f} s ({r['open_imports_s']:.3f} s with imports; "
-              "target <= 0.1 s)")
+              f"target <= 0.1 s); the first after the ingest, which writes the views database: {r['first_open_s']:.3f} s")
         print("  decoders on the same JSON (gunzipped, best of 3): " +
               ", ".join(f"{k} {v:.3f} s" for k, v in r["decoders"].items()))
     print(f"tracekit --version {st['--version']:.3f} s, --help {st['--help']:.3f} s (target <= 0.15 s; "
@@ -245,7 +249,8 @@ def main() -> int:
             f"{r['whole_s']:.3f} s / " + (f"{r['hta_whole_s']:.3f} s" if hta else na),
             f"{r['hta_whole_s'] / r['whole_s']:.2f}x" if hta else na,
             f"{r['rss_mb']:.0f} MB = {r['rss_mb'] / r['mb']:.2f}x",
-            f"{r['open_s']:.3f} s ({r['open_imports_s']:.3f} s with imports)"]) + " |")
+            f"{r['open_s']:.3f} s ({r['open_imports_s']:.3f} s with imports; the first after the ingest "
+            f"{r['first_open_s']:.3f} s)"]) + " |")
     for r in rows:
         lines += ["", f"JSON decoders on {r['trace'].split('traces/')[-1]} (gunzipped, best of 3, to Python objects): " +
                   ", ".join(f"`{k}` {v:.3f} s" for k, v in r["decoders"].items()) + "."]

@@ -47,8 +47,10 @@ def _times(store_dir, sql: str = TRANSFORM) -> pa.Table:
 
 
 def _tree_hash(d: Path) -> dict[str, str]:
+    """Every file of the store but its cache (what a reader derives and keeps, Store.cache_file: the views
+    database any connection writes, the analyses' tables)."""
     return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*"))
-            if p.is_file()}
+            if p.is_file() and p.relative_to(d).parts[0] != "cache"}
 
 
 def _both(src, out) -> duckdb.DuckDBPyConnection:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import duckdb
 import pytest
 
 import tracekit
@@ -215,7 +216,10 @@ def test_views_over_stand_ins_match_views_over_the_files(tiny_dir, tmp_path):
 
     ingest(str(tiny_dir), str(tmp_path / "s"))
     store = Store(str(tmp_path / "s"))
-    new = store.connect()
+    store.connect().close()  # the first connection writes the views database (Store.views_db) ...
+    assert os.path.exists(store.views_db())
+    new = store.connect()  # ... which a later one attaches
+    assert new.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = 'tracekit_views'").fetchall() == [(1,)]
     old = duckdb.connect()
     for table in TABLES:
         create_table_view(old, f"_{table}", store.files(table), TABLES[table])
@@ -228,3 +232,29 @@ def test_views_over_stand_ins_match_views_over_the_files(tiny_dir, tmp_path):
         assert new.execute(f"DESCRIBE {v}").fetchall() == old.execute(f"DESCRIBE {v}").fetchall(), v
         q = f"SELECT * FROM {v} ORDER BY ALL"
         assert new.execute(q).fetchall() == old.execute(q).fetchall(), v
+
+
+def test_views_database_is_rewritten_when_unreadable_and_callers_create_in_their_own(tiny_dir, tmp_path):
+    """A views database cut short (or another DuckDB's) is written again; what a caller creates goes to the
+    connection's own database, never to the attached, read-only views; the sandbox holds."""
+    ingest(str(tiny_dir), str(tmp_path / "s"))
+    store = Store(str(tmp_path / "s"))
+    store.connect().close()
+    path = store.views_db()
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    con = store.connect()
+    assert con.execute("SELECT count(*) FROM steps").fetchall() == [(4,)]
+    assert os.path.getsize(path) > 100
+    con.execute("CREATE TABLE mine AS SELECT * FROM steps")
+    con.execute("CREATE OR REPLACE TEMP VIEW kernels2 AS SELECT * FROM kernels")
+    assert con.execute("SELECT database_name FROM duckdb_tables() WHERE table_name = 'mine'").fetchall() == [("memory",)]
+    with pytest.raises(duckdb.Error):
+        con.execute("CREATE TABLE tracekit_views.main.x AS SELECT 1")
+    with pytest.raises(duckdb.Error):
+        con.execute("SELECT * FROM read_csv('/etc/passwd')")
+    # a new ingest commits new contents: the views of the old ones are never attached again
+    write_trace(tiny_dir / "rank1.trace.json", tiny_events(3, t0_us=1005.0), rank=1, world_size=2)
+    ingest(str(tiny_dir), str(tmp_path / "s"))
+    fresh = Store(str(tmp_path / "s"))
+    assert fresh.views_db() != path and fresh.connect().execute("SELECT count(*) FROM steps").fetchall() == [(5,)]
