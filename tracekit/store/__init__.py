@@ -5,6 +5,7 @@ Layout (readable by DuckDB, Spark or Trino as hive-partitioned Parquet):
     <store>/manifest.json                       the commit point (see manifest.py)
     <store>/<table>/rank=<R>/<key>-<gen>-<i>.parquet
     <store>/staging/                            work in progress, never read
+    <store>/cache/                              derived, rebuilt at will: the views database, the analyses' tables
     <store>/lock                                held by the one writer
 
 Every write goes through commit.py (staging, final names, the manifest switch, orphan removal);
