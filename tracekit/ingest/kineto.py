@@ -423,16 +423,17 @@ def _run_checks(con, path: str, parts: list[str], checks: list[tuple | None]):
     count, span (first ts, last end) and the parts that may hold collective args. From what the decoder
     gathered (`checks`, per part), and one query over the parts it did not decode."""
     known = [c for c in checks if c is not None]
-    rest = literal_list([p for p, c in zip(parts, checks) if c is None])
-    if rest != "[]":
+    rest = [p for p, c in zip(parts, checks) if c is None]
+    if rest:
+        rel = f"read_parquet({literal_list(rest)})"
         try:
             known.append(con.execute(
                 f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)), "
                 f"min(event_id) FILTER (WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)), true, NULL "
-                f"FROM read_parquet({rest})").fetchall()[0])
+                f"FROM {rel}").fetchall()[0])
         except duckdb.OutOfRangeException:  # some ts + dur beyond int64
             known.append((0, None, None, None, True, con.execute(
-                f"SELECT min(event_id) FROM read_parquet({rest}) "
+                f"SELECT min(event_id) FROM {rel} "
                 f"WHERE ts_ns::HUGEINT + dur_ns NOT BETWEEN {-(1 << 63)} AND {(1 << 63) - 1}").fetchall()[0][0]))
 
     def least(i, f):

@@ -86,8 +86,8 @@ class Store:
     def files(self, table: str) -> list[str]:
         return [os.path.join(self.path, p) for p in self.manifest.files(table)]
 
-    def cache_file(self, name: str, key: str) -> str:
-        """Where derived data of this store's contents lives between connections: CACHE_DIR/<name>-<digest>.parquet,
+    def cache_file(self, name: str, key: str, ext: str = ".parquet") -> str:
+        """Where derived data of this store's contents lives between connections: CACHE_DIR/<name>-<digest><ext>,
         the digest of the schema, every source's checksum and table files (which a re-ingest of a changed or
         forced source renames) and `key`, so that other contents or another key never find an old file. Whoever
         writes one writes it whole under another name, renames it and removes the name's older files."""
@@ -95,7 +95,7 @@ class Store:
         for src in sorted(self.manifest.sources):
             e = self.manifest.sources[src]
             h.update(f"|{src}|{e.sha256}|{sorted((t, tuple(ps)) for t, ps in e.files.items())}".encode())
-        return os.path.join(self.path, CACHE_DIR, f"{name}-{h.hexdigest()[:16]}.parquet")
+        return os.path.join(self.path, CACHE_DIR, f"{name}-{h.hexdigest()[:16]}{ext}")
 
     @property
     def ranks(self) -> list[int]:
@@ -156,7 +156,7 @@ class Store:
         import duckdb
 
         key = f"{self.path}|{duckdb.__version__}|{_VIEWS_SQL}|{devices.macros_sql()}"
-        return self.cache_file("views", hashlib.sha1(key.encode()).hexdigest())[:-len(".parquet")] + ".duckdb"
+        return self.cache_file("views", hashlib.sha1(key.encode()).hexdigest(), ".duckdb")
 
     def _attach_views(self, con, files: dict[str, list[str]]) -> bool:
         """Attach views_db (writing it first when it is not there); False where that cannot be done."""
