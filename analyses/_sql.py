@@ -3,13 +3,13 @@ only the parameters it names, and install the shared helpers (_common.sql and
 the kernel rules) on the connection first."""
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from functools import lru_cache
 from pathlib import Path
 
 from tracekit.errors import TracekitError
+from tracekit.store import write_cache_file
 from tracekit.store.sql import copy_sql, literal, statements
 
 from .kernel_classes import resolve_rules
@@ -93,16 +93,7 @@ def _read_cache(run, path: str) -> bool:
 
 def _write_cache(run, path: str) -> None:
     """Best effort: a store that cannot be written to (read-only, full) answers without the cache."""
-    import duckdb
-
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        run.con.execute(copy_sql("SELECT * FROM _gpu_ops_classified", tmp))
-        os.replace(tmp, path)
-    except (OSError, duckdb.Error):
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    write_cache_file(path, lambda tmp: run.con.execute(copy_sql("SELECT * FROM _gpu_ops_classified", tmp)))
 
 
 def _installed_rules(run):

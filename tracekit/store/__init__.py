@@ -201,28 +201,42 @@ def _create_views(con, files: dict[str, list[str]]) -> None:
             create_table_view(con, f"_{table}", files[table], columns)
 
 
-def _write_views_db(path: str, files: dict[str, list[str]]) -> bool:
-    """Write the views database at `path` whole (another name, then a rename) and remove the older ones;
-    False when the store cannot be written to (read-only, full)."""
+def write_cache_file(path: str, write) -> bool:
+    """Write a cache file (Store.cache_file) whole: write(tmp) makes it under another name, which is then
+    renamed to `path`. Best effort: False, and nothing left behind, when the store cannot be written to
+    (read-only, full) or write fails with a DuckDB error."""
     import duckdb
 
     tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with duckdb.connect(tmp, config={"autoinstall_known_extensions": False,
-                                         "autoload_known_extensions": False}) as db:
-            _create_views(db, files)
+        write(tmp)
         os.replace(tmp, path)
+        return True
     except (OSError, duckdb.Error):
-        for leftover in (tmp, tmp + ".wal"):
+        for leftover in (tmp, tmp + ".wal"):  # a DuckDB database's log, when write made one
             with contextlib.suppress(OSError):
                 os.unlink(leftover)
         return False
-    prefix = os.path.basename(path).split("-")[0] + "-"
-    for name in os.listdir(os.path.dirname(path)):  # the views of earlier contents: never found again
-        if name.startswith(prefix) and name.endswith(".duckdb") and name != os.path.basename(path):
+
+
+def _write_views_db(path: str, files: dict[str, list[str]]) -> bool:
+    """Write the views database at `path` and remove those of earlier contents (never found again)."""
+    import duckdb
+
+    def write(tmp: str) -> None:
+        with duckdb.connect(tmp, config={"autoinstall_known_extensions": False,
+                                         "autoload_known_extensions": False}) as db:
+            _create_views(db, files)
+
+    if not write_cache_file(path, write):
+        return False
+    folder, name = os.path.split(path)
+    prefix = name.split("-")[0] + "-"
+    for other in os.listdir(folder):
+        if other.startswith(prefix) and other.endswith(".duckdb") and other != name:
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(os.path.dirname(path), name))
+                os.unlink(os.path.join(folder, other))
     return True
 
 
