@@ -151,17 +151,20 @@ def _spawn_entry(rank: int, cfg: DemoConfig) -> None:
 # ---- launching ---------------------------------------------------------------------------------
 def run(cfg: DemoConfig) -> dict:
     """Run the demo job; return run.json as written."""
+    return run_job(cfg, _run_on_testbed if cfg.hosts else _run_local, "demo")
+
+
+def run_job(cfg, launch, what: str) -> dict:
+    """Validate cfg, start its output directory afresh, launch(cfg) its ranks, and return the run.json they wrote
+    (a job that wrote none: one error naming `what`)."""
     cfg.validate()
     require_torch()
     os.makedirs(cfg.out_dir, exist_ok=True)
     _clear_previous(cfg.out_dir)
-    if cfg.hosts:
-        _run_on_testbed(cfg)
-    else:
-        _run_local(cfg)
+    launch(cfg)
     path = os.path.join(cfg.out_dir, "run.json")
     if not os.path.exists(path):
-        raise TracekitError(f"{cfg.out_dir}: the demo job finished without writing run.json")
+        raise TracekitError(f"{cfg.out_dir}: the {what} job finished without writing run.json")
     with open(path) as f:
         return json.load(f)
 
@@ -184,22 +187,36 @@ def _run_local(cfg: DemoConfig) -> None:
 
 
 def _run_on_testbed(cfg: DemoConfig) -> None:
-    from ..testbed import Testbed
-
     slow = {cfg.slow_link_host: cfg.slow_link_rate_mbit} if cfg.slow_link_host is not None else None
-    per_host = cfg.ranks // cfg.hosts
-    with Testbed(cfg.hosts, cfg.link_rate_mbit, host_rates_mbit=slow) as tb:
-        cfg = dataclasses.replace(cfg, master_addr=tb.hosts[0].ip)
+    run_on_testbed(cfg, "tracekit.capture.demo", cfg.ranks, cfg.hosts, cfg.link_rate_mbit, slow)
+
+
+def run_on_testbed(cfg, module: str, ranks: int, hosts: int, rate_mbit, slow: dict | None = None,
+                   poll_idle: bool = False) -> None:
+    """Run `python -m module --worker-rank R --worker-config CFG` for every rank inside a testbed of `hosts`
+    hosts (rank r on host r // (ranks / hosts)), the master on host 0; one error naming every rank that
+    failed; run.json gets the testbed's description (and with poll_idle, whether the CPUs were held out of
+    their idle states: tracekit.testbed.PollIdle)."""
+    import contextlib
+
+    from ..testbed import PollIdle, Testbed
+
+    per_host = ranks // hosts
+    held = PollIdle() if poll_idle else None
+    with Testbed(hosts, rate_mbit, host_rates_mbit=slow) as tb, (held or contextlib.nullcontext()):
+        if held is not None and held.reason:
+            raise TracekitError(f"--poll-idle: {held.reason}")
+        cfg = dataclasses.replace(cfg, master_addr=tb.hosts[0].ip, port=cfg.port or DEFAULT_PORT)
         meta = tb.describe()
-        commands = [(rank // per_host, [sys.executable, "-m", "tracekit.capture.demo", "--worker-rank", str(rank),
+        commands = [(rank // per_host, [sys.executable, "-m", module, "--worker-rank", str(rank),
                                         "--worker-config", json.dumps(dataclasses.asdict(cfg))])
-                    for rank in range(cfg.ranks)]
+                    for rank in range(ranks)]
         results = tb.run_all(commands, timeout_s=WORKER_TIMEOUT_S)
     errors = [f"rank {rank} exited {code}: {_last_line(err)}" for rank, (code, _out, err) in enumerate(results)
               if code != 0]
     if errors:
-        raise TracekitError("demo job on the testbed failed: " + "; ".join(errors))
-    _annotate_manifest(cfg.out_dir, {"testbed": meta})
+        raise TracekitError("job on the testbed failed: " + "; ".join(errors))
+    _annotate_manifest(cfg.out_dir, {"testbed": {**meta, "poll_idle": bool(poll_idle)}})
 
 
 def _last_line(text: str) -> str:
@@ -240,27 +257,35 @@ def summarize(doc: dict) -> str:
 
 
 # ---- command line (python -m tracekit.capture.demo) -------------------------------------------
+def module_main(ap: argparse.ArgumentParser, argv, config_cls, train, run_job, summary, config_of) -> int:
+    """A demo job's `python -m` entry: a testbed worker (--worker-rank, started by run_on_testbed) trains its rank
+    and ends its process; otherwise the job runs with config_of(parsed arguments) and its summary is printed. A
+    TracekitError is one line, exit 2."""
+    ap.add_argument("--worker-rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-config", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker_rank is not None:
+        train(config_cls(**json.loads(a.worker_config)), a.worker_rank)
+        end_process(0)  # as _spawn_entry
+    if not a.out:
+        ap.error("--out is required")
+    try:
+        doc = run_job(config_of(a))
+    except TracekitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary(doc))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tracekit.capture.demo",
                                  description="Train a tiny transformer with DDP on gloo and capture it.")
     ap.add_argument("--out")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--worker-rank", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--worker-config", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.worker_rank is not None:  # one rank inside a testbed host, started by _run_on_testbed
-        train_rank(DemoConfig(**json.loads(a.worker_config)), a.worker_rank)
-        end_process(0)  # as _spawn_entry
-    if not a.out:
-        ap.error("--out is required")
-    try:
-        doc = run(DemoConfig(out_dir=a.out, ranks=a.ranks, steps=a.steps))
-    except TracekitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(summarize(doc))
-    return 0
+    return module_main(ap, argv, DemoConfig, train_rank, run, summarize,
+                       lambda a: DemoConfig(out_dir=a.out, ranks=a.ranks, steps=a.steps))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "Communication across ranks: matched collectives, stragglers, bandwidth, clock offsets, hangs."),
     "demo-train": ("capture", "demo_train_cmd",
                    "Train a tiny transformer with DDP on gloo (CPU) and capture every rank."),
+    "demo-layout": ("capture", "demo_layout_cmd",
+                    "Train a small transformer under one parallel layout on gloo (CPU) and capture every rank."),
     "doctor": ("doctor", "doctor_cmd",
                "Rank what slows the run in TRACE_DIR: stragglers, exposed communication, host-bound launches, "
                "data loading, syncs, small kernels, low MFU, pipeline imbalance, memory headroom; each with the "

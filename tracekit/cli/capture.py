@@ -53,13 +53,22 @@ def _slow_link(ctx, param, value):
         raise click.BadParameter(f"expected HOST:RATE_MBIT (e.g. 1:50), got {value!r}") from None
 
 
+def _step_options(timed_steps: int):
+    """--steps, --warmup and --timed-steps of a demo job (the profiled, warm-up and unprofiled steps)."""
+    def wrap(f):
+        f = click.option("--timed-steps", type=click.IntRange(0, 1000), default=timed_steps, show_default=True,
+                         help="Unprofiled steps after the profiled ones (timed only, in run.json).")(f)
+        f = click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True,
+                         help="Profiler warm-up steps.")(f)
+        return click.option("--steps", type=click.IntRange(1, 100), default=3, show_default=True,
+                            help="Profiled steps.")(f)
+    return wrap
+
+
 @click.command("demo-train")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Trace directory to write.")
 @click.option("--ranks", type=click.IntRange(1, 64), default=2, show_default=True, help="Data-parallel ranks.")
-@click.option("--steps", type=click.IntRange(1, 100), default=3, show_default=True, help="Profiled steps.")
-@click.option("--warmup", type=click.IntRange(0, 100), default=1, show_default=True, help="Profiler warm-up steps.")
-@click.option("--timed-steps", type=click.IntRange(0, 1000), default=4, show_default=True,
-              help="Unprofiled steps after the profiled ones (timed only, in run.json).")
+@_step_options(timed_steps=4)
 @click.option("--d-model", type=click.IntRange(8, 4096), default=64, show_default=True, help="Model width.")
 @click.option("--layers", type=click.IntRange(1, 64), default=2, show_default=True, help="Transformer layers.")
 @click.option("--vocab", type=click.IntRange(16, 1 << 20), default=512, show_default=True, help="Vocabulary size.")
@@ -101,6 +110,57 @@ def demo_train_cmd(out_dir, ranks, steps, warmup, timed_steps, d_model, layers, 
                      hosts=hosts, link_rate_mbit=link_rate_mbit,
                      slow_link_host=slow_link[0] if slow_link else None,
                      slow_link_rate_mbit=slow_link[1] if slow_link else None, seed=seed)
+    doc = run(cfg)
+    click.echo(f"{out_dir}: {summarize(doc)}")
+
+
+@click.command("demo-layout")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Trace directory to write.")
+@click.option("--layout", type=click.Choice(["ddp", "fsdp", "fsdp_noreshard", "tp", "tp_sp", "pp_gpipe", "pp_1f1b",
+                                             "fsdp_tp", "dp_pp"]), required=True,
+              help="Parallel layout, each from PyTorch's own API (DDP, FSDP2, DTensor TP, pipelining; 2-D on 4 ranks).")
+@click.option("--ranks", type=click.IntRange(2, 64), default=2, show_default=True, help="Ranks (4 for a 2-D layout).")
+@_step_options(timed_steps=3)
+@click.option("--d-model", type=click.IntRange(8, 4096), default=128, show_default=True, help="Model width.")
+@click.option("--layers", type=click.IntRange(1, 64), default=4, show_default=True, help="Transformer blocks.")
+@click.option("--heads", type=click.IntRange(1, 64), default=4, show_default=True, help="Attention heads.")
+@click.option("--vocab", type=click.IntRange(16, 1 << 20), default=512, show_default=True, help="Vocabulary size.")
+@click.option("--seq-len", type=click.IntRange(1, 8192), default=64, show_default=True, help="Tokens per sample.")
+@click.option("--batch-size", type=click.IntRange(1, 4096), default=8, show_default=True,
+              help="Samples per step, the whole job's (data-parallel ranks take their share).")
+@click.option("--micro-batches", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Micro-batches per step (pipeline layouts).")
+@click.option("--hosts", type=click.IntRange(2, 64), default=None,
+              help="Run on a testbed of this many network-namespace hosts (needs root and iproute2).")
+@click.option("--link-rate-mbit", type=click.FloatRange(0.1), default=None,
+              help="Testbed link rate in Mbit/s (default: unshaped).")
+@click.option("--poll-idle", is_flag=True,
+              help="Hold the CPUs out of their idle states while the job runs (PM QoS, /dev/cpu_dma_latency): on a "
+                   "VM, compute after a wait otherwise runs slower, the more so the slower the links.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@fail_cleanly
+def demo_layout_cmd(out_dir, layout, ranks, steps, warmup, timed_steps, d_model, layers, heads, vocab, seq_len,
+                    batch_size, micro_batches, hosts, link_rate_mbit, poll_idle, seed):
+    """Train a small transformer under one parallel layout on gloo (CPU) and capture every rank.
+
+    The same model (attention and MLP blocks) under DDP, FSDP2 (fully_shard per
+    block and root, with or without reshard_after_forward), DTensor tensor
+    parallelism (parallelize_module, with or without sequence parallelism),
+    torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B), and the 2-D
+    mixes FSDP x TP and DP x PP on 4 ranks. With --hosts, rank r runs on
+    testbed host r // (ranks / hosts).
+
+    \b
+    Example:
+      tracekit demo-layout --out runs/tp --layout tp --hosts 2 --link-rate-mbit 100
+      tracekit demo-layout --out runs/fsdp_tp --layout fsdp_tp --ranks 4 --hosts 2
+    """
+    from ..capture.layouts import LayoutConfig, run, summarize
+
+    cfg = LayoutConfig(out_dir=out_dir, layout=layout, ranks=ranks, steps=steps, warmup=warmup,
+                       timed_steps=timed_steps, d_model=d_model, layers=layers, heads=heads, vocab=vocab,
+                       seq_len=seq_len, batch_size=batch_size, micro_batches=micro_batches, hosts=hosts,
+                       link_rate_mbit=link_rate_mbit, poll_idle=poll_idle, seed=seed)
     doc = run(cfg)
     click.echo(f"{out_dir}: {summarize(doc)}")
 
