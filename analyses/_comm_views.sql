@@ -73,6 +73,15 @@ SELECT rank, world_size, backend,
        CASE WHEN n_pg = 1 THEN 'distributedInfo' ELSE 'world' END AS pg_source
 FROM (SELECT *, coalesce(json_array_length(distributed_info_json, '$.pg_config'), 0) AS n_pg FROM ranks);
 
+-- _comm_pg_config: every process group distributedInfo lists for a rank (the groups the rank belongs to): a
+-- collective whose metadata names only its group (the flight recorder, a p2p call's group-local peer) takes
+-- the group's ranks from here.
+CREATE OR REPLACE TEMP TABLE _comm_pg_config AS
+SELECT rank, json_extract_string(p, '$.pg_name') AS pg_name, json_extract_string(p, '$.pg_desc') AS pg_desc,
+       TRY_CAST(json_extract(p, '$.ranks')::VARCHAR AS BIGINT[]) AS pg_ranks
+FROM (SELECT rank, unnest(json_extract(distributed_info_json, '$.pg_config[*]')) AS p FROM ranks
+      WHERE coalesce(json_array_length(distributed_info_json, '$.pg_config'), 0) > 0);
+
 -- _comm_calls: CPU-side collective calls: outermost c10d::* ops of a known op, and record_param_comms events
 -- with collective metadata that no c10d op encloses (older NCCL builds record only those).
 CREATE OR REPLACE TEMP TABLE _comm_calls AS
@@ -104,6 +113,47 @@ SELECT r.* FROM rpc r
 WHERE NOT EXISTS (SELECT 1 FROM outer_c10d c WHERE c.rank = r.rank AND c.tid = r.tid
                   AND r.ts_ns >= c.ts_ns AND r.ts_ns < c.end_ns);
 
+-- _comm_fr_calls: the flight-recorder entry each call created (its time_created_ns falls inside the call, on the
+-- same host clock): the process group and its per-group sequence number, which gloo's trace events do not carry
+-- (a rank in several groups, a 2-D mesh, would otherwise have every collective matched as the world's). The
+-- recorder lists collectives only (gloo's send and recv are not in it).
+CREATE OR REPLACE TEMP TABLE _comm_fr_calls AS
+SELECT * EXCLUDE (k) FROM (
+  SELECT c.rank, c.event_id AS call_event_id, f.pg_name, f.pg_desc, f.collective_seq_id,
+         row_number() OVER (PARTITION BY c.rank, c.event_id ORDER BY f.time_created_ns, f.record_id) AS k
+  FROM _comm_calls c JOIN fr_entries f
+    ON f.rank = c.rank AND NOT coalesce(f.is_p2p, false) AND f.collective_seq_id IS NOT NULL
+   AND f.time_created_ns BETWEEN c.ts_ns AND c.end_ns
+) WHERE k = 1;
+
+-- _comm_p2p_calls: c10d::send(tensors, group, dstRank, tag) / c10d::recv_(tensors, group, srcRank, tag) with the
+-- peer (a rank of the call's group, group-local) and the tag from the call's Concrete Inputs.
+CREATE OR REPLACE TEMP TABLE _comm_p2p_calls AS
+SELECT rank, event_id, _comm_op(name) AS op, TRY_CAST(json_extract_string(concrete_inputs, '$[2]') AS BIGINT) AS peer,
+       TRY_CAST(json_extract_string(concrete_inputs, '$[3]') AS BIGINT) AS tag
+FROM _comm_calls WHERE _comm_op(name) IN ('send', 'recv');
+
+-- _comm_p2p_groups: the group of each p2p call whose metadata names none. Of the rank's groups, those in which
+-- the peer-th member has a call of the opposite direction, with the same tag, naming this rank as its peer in
+-- that same group; the smallest such group (then the lowest name). A pipeline stage's send to group-local rank 1
+-- means global rank 3 in its stage group [2, 3] but rank 1 in the world: only the first has a matching recv.
+CREATE OR REPLACE TEMP TABLE _comm_p2p_groups AS
+WITH ends AS (SELECT DISTINCT rank, op, peer, tag FROM _comm_p2p_calls WHERE peer IS NOT NULL),
+cand AS (
+  SELECT e.rank, e.op, e.peer, e.tag, g.pg_name, g.pg_ranks, g.pg_ranks[e.peer + 1] AS peer_rank
+  FROM ends e JOIN _comm_pg_config g ON g.rank = e.rank AND len(g.pg_ranks) > e.peer
+   AND g.pg_ranks[e.peer + 1] <> e.rank
+),
+ok AS (
+  SELECT c.* FROM cand c
+  WHERE EXISTS (SELECT 1 FROM ends o JOIN _comm_pg_config og ON og.rank = o.rank AND og.pg_name = c.pg_name
+                WHERE o.rank = c.peer_rank AND o.op <> c.op AND o.tag IS NOT DISTINCT FROM c.tag
+                  AND og.pg_ranks[o.peer + 1] = c.rank)
+)
+SELECT rank, op, peer, tag, arg_min(pg_name, [len(pg_ranks)::VARCHAR, pg_name]) AS pg_name,
+       arg_min(pg_ranks, [len(pg_ranks)::VARCHAR, pg_name]) AS pg_ranks
+FROM ok GROUP BY rank, op, peer, tag;
+
 -- _comm_kernels: NCCL/RCCL kernels, with their launch (gpu_ops joins launch and op on correlation).
 CREATE OR REPLACE TEMP TABLE _comm_kernels AS
 SELECT rank, event_id, name, ts_ns, end_ns, launch_ts_ns, launch_tid, step, stream, coll_name, coll_dtype,
@@ -131,26 +181,54 @@ SELECT * FROM (
     ON a.rank = c.rank AND a.tid = c.tid AND a.ts_ns >= c.ts_ns AND a.ts_ns <= c.end_ns
 ) WHERE k = 1;
 
--- gloo pairing: the n-th unpaired call of an op on a rank <-> the n-th loose annotation of that op on the
--- rank, counting only annotations that start after the rank's first such call (a trace window can open
--- while the runloop still runs a collective whose call fell before the window).
+-- gloo pairing: a call's work runs on the group's runloop threads in the order the calls enqueued it, and the
+-- annotation there names what the backend ran (gloo runs a reduce-scatter as an all-reduce of the whole input:
+-- gloo:all_reduce after c10d::_reduce_scatter_base_), so calls and loose annotations are paired by the buffer the
+-- work moves: the n-th unpaired call of a rank whose input holds N elements <-> the n-th loose annotation of the
+-- rank over N elements (a call's input: Input Dims' second argument for (output, input) ops, the first for the
+-- others; the annotation's first). Calls or annotations without dims are paired by op, as before. Only
+-- annotations that start after the rank's first such call count (a trace window can open while the runloop still
+-- runs a collective whose call fell before the window).
 CREATE OR REPLACE TEMP TABLE _comm_loose_pairs AS
 WITH calls AS (
   SELECT c.rank, c.event_id, _comm_op(c.name) AS op, c.ts_ns,
-         row_number() OVER (PARTITION BY c.rank, _comm_op(c.name) ORDER BY c.ts_ns, c.event_id) AS n
+         CASE WHEN regexp_matches(c.name, '_base_$|allgather|reduce_scatter|alltoall|gather_|scatter_')
+              THEN _comm_arg_nelems(c.input_dims, 1) ELSE _comm_arg_nelems(c.input_dims, 0) END AS nelems
   FROM _comm_calls c
   WHERE c.name LIKE 'c10d::%'
     AND NOT EXISTS (SELECT 1 FROM _comm_call_kernels k WHERE k.rank = c.rank AND k.call_event_id = c.event_id)
     AND NOT EXISTS (SELECT 1 FROM _comm_nested_annotations a WHERE a.rank = c.rank AND a.call_event_id = c.event_id)
 ),
-first_call AS (SELECT rank, op, min(ts_ns) AS t FROM calls GROUP BY ALL),
 loose AS (
-  SELECT a.*, row_number() OVER (PARTITION BY a.rank, a.op ORDER BY a.ts_ns, a.event_id) AS n
-  FROM _comm_annotations a JOIN first_call f ON f.rank = a.rank AND f.op = a.op AND a.ts_ns >= f.t
+  SELECT a.*, _comm_arg_nelems(a.input_dims, 0) AS nelems FROM _comm_annotations a
   WHERE NOT EXISTS (SELECT 1 FROM _comm_nested_annotations x WHERE x.rank = a.rank AND x.event_id = a.event_id)
+),
+by_size AS (
+  SELECT c.rank, c.event_id AS call_event_id, l.event_id
+  FROM (SELECT *, row_number() OVER (PARTITION BY rank, nelems ORDER BY ts_ns, event_id) AS n
+        FROM calls WHERE nelems IS NOT NULL) c
+  JOIN (SELECT l.*, row_number() OVER (PARTITION BY l.rank, l.nelems ORDER BY l.ts_ns, l.event_id) AS n
+        FROM loose l
+        WHERE l.nelems IS NOT NULL
+          AND l.ts_ns >= (SELECT min(c.ts_ns) FROM calls c WHERE c.rank = l.rank AND c.nelems = l.nelems)) l
+    ON l.rank = c.rank AND l.nelems = c.nelems AND l.n = c.n
+),
+rest_calls AS (
+  SELECT c.*, row_number() OVER (PARTITION BY c.rank, c.op ORDER BY c.ts_ns, c.event_id) AS n FROM calls c
+  WHERE NOT EXISTS (SELECT 1 FROM by_size b WHERE b.rank = c.rank AND b.call_event_id = c.event_id)
+),
+rest_loose AS (
+  SELECT l.*, row_number() OVER (PARTITION BY l.rank, l.op ORDER BY l.ts_ns, l.event_id) AS n FROM loose l
+  WHERE NOT EXISTS (SELECT 1 FROM by_size b WHERE b.rank = l.rank AND b.event_id = l.event_id)
+    AND l.ts_ns >= (SELECT min(c.ts_ns) FROM rest_calls c WHERE c.rank = l.rank AND c.op = l.op)
+),
+pairs AS (
+  SELECT * FROM by_size
+  UNION ALL
+  SELECT c.rank, c.event_id, l.event_id FROM rest_calls c JOIN rest_loose l ON l.rank = c.rank AND l.op = c.op AND l.n = c.n
 )
-SELECT c.rank, c.event_id AS call_event_id, l.event_id, l.name, l.tid, l.ts_ns, l.end_ns, l.input_dims, l.input_types
-FROM calls c JOIN loose l ON l.rank = c.rank AND l.op = c.op AND l.n = c.n;
+SELECT p.rank, p.call_event_id, a.event_id, a.name, a.tid, a.ts_ns, a.end_ns, a.input_dims, a.input_types
+FROM pairs p JOIN _comm_annotations a ON a.rank = p.rank AND a.event_id = p.event_id;
 
 -- _comm_rows_raw: one row per (rank, collective) on the trace clocks, before any clock correction.
 CREATE OR REPLACE TEMP TABLE _comm_rows_raw AS
@@ -170,8 +248,13 @@ from_calls AS (
          k.kernel_start_ns, k.kernel_end_ns,
          coalesce(n.name, p.name) AS annotation_name, p.tid AS runloop_tid,
          p.ts_ns AS runloop_start_ns, p.end_ns AS runloop_end_ns,
+         -- a send's or recv's own annotation, when it outlasts the call: the message had gone (come) then
+         CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > c.end_ns THEN n.end_ns END AS nested_end_ns,
          coalesce(c.coll_name, k.coll_name) AS coll_name,
+         -- the dtype: the metadata's, else the element type the annotation or the call itself records (FSDP's
+         -- _allgather_base_ / _reduce_scatter_base_ calls carry their tensors' types)
          coalesce(c.coll_dtype, k.coll_dtype, _comm_first_type(coalesce(n.input_types, p.input_types)),
+                  _comm_first_type(c.input_types),
                   _comm_kernel_dtype(k.kernel_name)) AS dtype,
          -- the size, from every place the trace keeps it: the collective metadata (record_param_comms, the
          -- kernel), the call's Input Dims, else the nccl:* / gloo:* annotation's (DDP's all_reduce takes a
@@ -183,19 +266,24 @@ from_calls AS (
               WHEN _comm_arg_nelems(c.input_dims, 0) IS NOT NULL THEN 'input_dims'
               WHEN _comm_arg_nelems(coalesce(n.input_dims, p.input_dims), 0) IS NOT NULL THEN 'annotation' END
            AS size_source,
-         coalesce(c.group_size, k.group_size) AS group_size, coalesce(c.pg_name, k.pg_name) AS pg_name,
-         coalesce(c.pg_desc, k.pg_desc) AS pg_desc, coalesce(c.pg_ranks, k.pg_ranks) AS pg_ranks_text,
-         coalesce(c.seq, k.seq) AS seq, coalesce(c.comms_id, k.comms_id) AS comms_id,
-         -- c10d::send(tensors, group, dstRank, tag) / c10d::recv_(tensors, group, srcRank, tag): the peer (a
-         -- rank of the group) and the tag, from the call's Concrete Inputs
-         CASE WHEN _comm_op(c.name) IN ('send', 'recv')
-              THEN TRY_CAST(json_extract_string(c.concrete_inputs, '$[2]') AS BIGINT) END AS p2p_peer,
-         CASE WHEN _comm_op(c.name) IN ('send', 'recv')
-              THEN TRY_CAST(json_extract_string(c.concrete_inputs, '$[3]') AS BIGINT) END AS p2p_tag
+         coalesce(c.group_size, k.group_size) AS group_size,
+         -- the group: the collective metadata's, else the flight recorder's (gloo), else a p2p call's resolved one
+         coalesce(c.pg_name, k.pg_name, fr.pg_name, pg.pg_name) AS pg_name,
+         coalesce(c.pg_desc, k.pg_desc, fr.pg_desc) AS pg_desc,
+         coalesce(c.pg_ranks, k.pg_ranks, pg.pg_ranks::VARCHAR) AS pg_ranks_text,
+         coalesce(c.seq, k.seq, fr.collective_seq_id) AS seq, coalesce(c.comms_id, k.comms_id) AS comms_id,
+         pp.peer AS p2p_peer, pp.tag AS p2p_tag,
+         -- what the backend ran, where the runloop's annotation says (gloo:all_reduce for a reduce-scatter call),
+         -- and the elements of its buffer: the collective the network carried
+         _comm_op(p.name) AS run_op, _comm_arg_nelems(p.input_dims, 0) AS run_nelems
   FROM _comm_calls c
   LEFT JOIN kagg k ON k.rank = c.rank AND k.call_event_id = c.event_id
   LEFT JOIN _comm_nested_annotations n ON n.rank = c.rank AND n.call_event_id = c.event_id
   LEFT JOIN _comm_loose_pairs p ON p.rank = c.rank AND p.call_event_id = c.event_id
+  LEFT JOIN _comm_fr_calls fr ON fr.rank = c.rank AND fr.call_event_id = c.event_id
+  LEFT JOIN _comm_p2p_calls pp ON pp.rank = c.rank AND pp.event_id = c.event_id
+  LEFT JOIN _comm_p2p_groups pg ON pg.rank = pp.rank AND pg.op = pp.op AND pg.peer = pp.peer
+                               AND pg.tag IS NOT DISTINCT FROM pp.tag
 ),
 -- kernels no call launched (a trace without CPU ops, or a launch outside any c10d op): their own rows
 from_kernels AS (
@@ -203,10 +291,11 @@ from_kernels AS (
          NULL::BIGINT AS cpu_start_ns, NULL::BIGINT AS cpu_end_ns, k.name AS kernel_name, k.event_id AS kernel_event_id,
          1 AS kernel_count, k.ts_ns AS kernel_start_ns, k.end_ns AS kernel_end_ns, NULL AS annotation_name,
          NULL::BIGINT AS runloop_tid, NULL::BIGINT AS runloop_start_ns, NULL::BIGINT AS runloop_end_ns,
+         NULL::BIGINT AS nested_end_ns,
          k.coll_name, coalesce(k.coll_dtype, _comm_kernel_dtype(k.name)) AS dtype, k.in_msg_nelems AS in_nelems,
          k.out_msg_nelems AS out_nelems, CASE WHEN k.in_msg_nelems IS NOT NULL THEN 'args' END AS size_source,
          k.group_size, k.pg_name, k.pg_desc, k.pg_ranks AS pg_ranks_text, k.seq, k.comms_id,
-         NULL::BIGINT AS p2p_peer, NULL::BIGINT AS p2p_tag
+         NULL::BIGINT AS p2p_peer, NULL::BIGINT AS p2p_tag, NULL AS run_op, NULL::BIGINT AS run_nelems
   FROM _comm_kernels k
   WHERE NOT EXISTS (SELECT 1 FROM _comm_call_kernels x WHERE x.rank = k.rank AND x.event_id = k.event_id)
 ),
@@ -218,13 +307,14 @@ typed AS (
          coalesce(_comm_op(r.coll_name), _comm_op(r.cpu_name), _comm_op(r.annotation_name), _comm_op(r.kernel_name)) AS op,
          _comm_dtype_bytes(r.dtype) AS elem_bytes,
          coalesce(r.pg_name, g.pg_name) AS group_name,
-         coalesce(r.pg_desc, g.pg_desc) AS group_desc,
-         coalesce(TRY_CAST(r.pg_ranks_text AS BIGINT[]), g.pg_ranks) AS group_ranks,
+         coalesce(r.pg_desc, pc.pg_desc, g.pg_desc) AS group_desc,
+         coalesce(TRY_CAST(r.pg_ranks_text AS BIGINT[]), pc.pg_ranks, g.pg_ranks) AS group_ranks,
          CASE WHEN r.pg_name IS NOT NULL OR r.pg_ranks_text IS NOT NULL THEN 'args' ELSE g.pg_source END AS pg_source,
          CASE WHEN r.kernel_start_ns IS NOT NULL THEN 'gpu'
               WHEN r.rank IN (SELECT rank FROM gpu_ranks) THEN 'none'
               ELSE 'cpu' END AS timeline
   FROM rows r LEFT JOIN _comm_rank_groups g ON g.rank = r.rank
+  LEFT JOIN _comm_pg_config pc ON pc.rank = r.rank AND pc.pg_name = r.pg_name
 )
 SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ranks_text, group_size),
        t.group_name AS pg_name, t.group_desc AS pg_desc, t.group_ranks AS pg_ranks,
@@ -233,6 +323,14 @@ SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ra
        CASE WHEN t.op IN ('all_gather', 'reduce_scatter', 'all_to_all')
             THEN greatest(t.in_nelems, coalesce(t.out_nelems, t.in_nelems))
             ELSE t.in_nelems END * t.elem_bytes AS bytes,
+       -- the collective the backend ran on the wire and its bytes (same convention); the call's where nothing
+       -- says otherwise. gloo's all_gather annotation holds a rank's input, the output is group_size of them.
+       coalesce(t.run_op, t.op) AS wire_op,
+       CASE WHEN t.run_op IS NULL OR t.run_nelems IS NULL OR t.run_op = t.op THEN
+              CASE WHEN t.op IN ('all_gather', 'reduce_scatter', 'all_to_all')
+                   THEN greatest(t.in_nelems, coalesce(t.out_nelems, t.in_nelems)) ELSE t.in_nelems END
+            WHEN t.run_op = 'all_gather' THEN t.run_nelems * coalesce(t.group_size, len(t.group_ranks))
+            ELSE t.run_nelems END * t.elem_bytes AS wire_bytes,
        row_number() OVER (PARTITION BY t.rank, coalesce(t.group_name, '') ORDER BY coalesce(t.cpu_start_ns, t.kernel_start_ns),
                           coalesce(t.cpu_event_id, t.kernel_event_id)) AS ordinal,
        -- a send and its recv: the n-th send from src to dst with a tag meets the n-th recv at dst from src with
@@ -267,7 +365,8 @@ FROM nccl_inspector;
 -- _comm_rows: _comm_rows_raw with the clock correction applied and the cross-rank match key, plus the
 -- Inspector's rows (source says which).
 -- start_ns is the arrival: the kernel start on a GPU, the call on a CPU (gloo) rank; end_ns is when the
--- collective finished there: the kernel end, or the end of the runloop's work (else of the call).
+-- collective finished there: the kernel end, or the end of the runloop's work (of a send's or recv's own
+-- annotation when it outlasts the call: the message had gone or come; else of the call).
 -- work_start_ns is when the rank began working on it: the kernel start, or when a gloo worker thread took it
 -- from the queue (the runloop's work; else the call); queued_ns = work_start_ns - start_ns on a gloo rank:
 -- the time it waited for a free worker behind earlier collectives (NULL on a GPU rank).
@@ -279,7 +378,7 @@ SELECT r.*,
        CASE r.timeline WHEN 'gpu' THEN r.kernel_start_ns WHEN 'cpu' THEN coalesce(r.runloop_start_ns, r.cpu_start_ns) END
          + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS work_start_ns,
        CASE WHEN r.timeline = 'cpu' THEN greatest(r.runloop_start_ns - r.cpu_start_ns, 0) END AS queued_ns,
-       CASE r.timeline WHEN 'gpu' THEN r.kernel_end_ns WHEN 'cpu' THEN greatest(r.runloop_end_ns, r.cpu_end_ns) END
+       CASE r.timeline WHEN 'gpu' THEN r.kernel_end_ns WHEN 'cpu' THEN greatest(r.runloop_end_ns, r.cpu_end_ns, r.nested_end_ns) END
          + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS end_ns,
        CASE WHEN r.comms_id IS NOT NULL THEN 'comms_id' WHEN r.seq IS NOT NULL THEN 'seq'
             WHEN r.p2p_ordinal IS NOT NULL THEN 'p2p' ELSE 'ordinal' END AS match_by,

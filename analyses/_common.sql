@@ -40,13 +40,18 @@ WHERE (p_rank IS NULL OR g.rank = p_rank)
 
 -- _cpu_work_in_scope(p_rank, p_step): CPU operators and user annotations (not
 -- the ProfilerStep annotations themselves) with their step and a class:
--- communication for c10d / gloo / nccl / record_param_comms, compute otherwise.
+-- communication by _cpu_op_is_comm, compute otherwise.
 -- The CPU-side stand-in for GPU kernels on traces without GPU activity.
+-- _cpu_op_is_comm(name): a CPU operator or annotation of communication: c10d calls, functional collectives
+-- (and their wait_tensor, where a thread blocks on one), gloo / nccl annotations, record_param_comms.
+CREATE OR REPLACE TEMP MACRO _cpu_op_is_comm(n) AS (
+  regexp_matches(n, '^(c10d::|_?c10d_functional::|gloo:|nccl:|record_param_comms|ProcessGroup)')
+);
+
 CREATE OR REPLACE TEMP MACRO _cpu_work_in_scope(p_rank, p_step) AS TABLE
 SELECT * FROM (
   SELECT e.rank, CASE WHEN e.ts_ns < s.end_ns THEN s.step END AS step, e.tid, e.name, e.cat, e.ts_ns, e.dur_ns, e.end_ns,
-         CASE WHEN regexp_matches(e.name, '^(c10d::|gloo:|nccl:|record_param_comms|ProcessGroup)') THEN 'communication'
-              ELSE 'compute' END AS kernel_class
+         CASE WHEN _cpu_op_is_comm(e.name) THEN 'communication' ELSE 'compute' END AS kernel_class
   FROM (SELECT * FROM events WHERE ph = 'X' AND cat IN ('cpu_op', 'user_annotation')
         AND dur_ns > 0 AND NOT starts_with(name, 'ProfilerStep#')) e
   ASOF LEFT JOIN steps s ON e.rank = s.rank AND e.ts_ns >= s.ts_ns

@@ -4,8 +4,9 @@
 --
 -- @column rank              global rank
 -- @column match_key         cross-rank key of the collective instance (see collectives)
--- @column op                all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, barrier, send, recv ...
--- @column bytes             bytes of the collective, nccl-tests convention (NULL when unknown)
+-- @column op                what the backend ran: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast,
+--                           barrier, send, recv ...
+-- @column bytes             bytes of that collective, nccl-tests convention (NULL when unknown)
 -- @column group_size        ranks in the process group
 -- @column pg_name           process group name (NULL when the trace does not say)
 -- @column pg_ranks          ranks of the process group (the whole world when the trace names none)
@@ -14,12 +15,21 @@
 -- @column cpu_tid           thread of that call
 -- @column kernel_event_id   event_id of the first NCCL/RCCL kernel the call launched (NULL on cpu timelines)
 -- @column runloop_event_id  event_id of the gloo runloop's annotation paired with the call (NULL: none)
--- @column nested_end_ns     end of the gloo:* annotation that opens inside the call on its own thread, when it
---                           outlasts the call: gloo's send and recv run on the caller, and their annotation
---                           closes when the message has gone (or come); NULL: none
-SELECT r.rank, r.match_key, r.op, r.bytes, r.group_size, r.pg_name, r.pg_ranks, r.timeline,
+-- @column nested_event_id   the gloo:* annotation that opens inside the call on its thread and outlasts it (NULL:
+--                           none): gloo's send and recv run on the caller's transport, and their annotation closes
+--                           when the message has gone (or come), while the thread runs on
+-- @column nested_start_ns   its start (the transfer is posted then)
+-- @column nested_end_ns     its end: when the message had gone (or come) on this rank
+-- @column call_op           the op the call asked for, where the backend ran another (gloo runs a reduce-scatter
+--                           as an all-reduce: op says what went over the network, call_op what the program called)
+-- @column p2p_src           a send's or recv's sending rank (global; NULL: not point-to-point, or unknown)
+-- @column p2p_dst           its receiving rank
+SELECT r.rank, r.match_key, r.wire_op AS op, r.wire_bytes AS bytes, r.group_size, r.pg_name, r.pg_ranks, r.timeline,
        r.cpu_event_id, r.cpu_tid, r.kernel_event_id, p.event_id AS runloop_event_id,
-       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.end_ns END AS nested_end_ns
+       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.event_id END AS nested_event_id,
+       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.ts_ns END AS nested_start_ns,
+       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.end_ns END AS nested_end_ns,
+       r.op AS call_op, r.p2p_src, r.p2p_dst
 FROM _comm_trace_rows r
 LEFT JOIN _comm_loose_pairs p ON p.rank = r.rank AND p.call_event_id = r.cpu_event_id
 LEFT JOIN _comm_nested_annotations n ON n.rank = r.rank AND n.call_event_id = r.cpu_event_id

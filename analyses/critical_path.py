@@ -43,7 +43,8 @@ _LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaMemcpy", "cudaMemset", "hipLa
 # the category of the gap an edge leaves before its node starts
 _GAP = {E["origin"]: "cpu", E["thread"]: "cpu", E["stream"]: "gpu_wait", E["launch"]: "launch_overhead",
         E["event_wait"]: "gpu_wait", E["sync"]: "sync", E["enqueue"]: "communication",
-        E["host_wait"]: "communication", E["arrive"]: "communication", E["release"]: "communication"}
+        E["host_wait"]: "communication", E["arrive"]: "communication", E["release"]: "communication",
+        E["posted"]: "communication"}
 
 
 def _categories(g, nodes):

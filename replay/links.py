@@ -4,7 +4,8 @@ Links: each host's NIC, one link each way (`tx`, `rx`, class inter_node), and ea
 the host's fabric (`tx`, `rx`, class intra_node: NVLink on a GPU node, loopback on a CPU one). A
 collective instance is one flow (replay/sharing.py) over the links its ring crosses: every rank's port
 when its group stays on one host, every host's NIC when it spans hosts (with the ranks' ports as well
-when a host holds several of them). On each of those links it moves the bytes of the alpha-beta table
+when a host holds several of them); a send and its recv cross the sender's link out and the receiver's in. On
+each of those links it moves the bytes of the alpha-beta table
 (ring all-reduce: 2(p-1)/p n; reduce-scatter, all-gather, all-to-all: (p-1)/p n; broadcast, reduce,
 send/recv: n), after a latency of the table's latency term (2(p-1) alpha for a ring all-reduce). Flows
 that are in flight together share each link max-min fairly: two all-reduces on a host's NIC get half
@@ -13,9 +14,9 @@ of it each, and a ring runs at the pace of its slowest link.
 A collective whose bytes are unknown, whose op the table does not model or whose group is one rank
 keeps its measured transfer and occupies no link; `LinkFlows.notes` says how many.
 
-Capacities are bytes per ns (1 GB/s = 1 byte/ns), latencies ns. `fit()` calibrates capacity and latency
-per link class from the run's own transfers replayed as flows with their measured starts, so that
-transfers that overlapped share the link in the fit as they did in the run.
+Capacities are bytes per ns (1 GB/s = 1 byte/ns), latencies ns. replay/linkfit.py calibrates capacity and
+latency per link class, and a factor per transfer, on the run's own transfers replayed as flows from their
+measured starts, so that transfers that overlapped share the link in the fit as they did in the run.
 """
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .engine import Engine
-from .network import _flat_coefficients
+from .network import _P2P_OPS, _flat_coefficients
 from .sharing import Flows
 
 INTRA, INTER = "intra_node", "inter_node"
@@ -44,8 +44,9 @@ class LinkParams:
     host_scale: dict[int, float] = field(default_factory=dict)  # host index -> NIC capacity factor
 
     def scaled(self, bandwidth: float = 1.0, latency: float = 1.0, host_scale: dict[int, float] | None = None,
-               capacity: dict[str, float] | None = None, latency_ns: dict[str, float] | None = None) -> "LinkParams":
-        cap = {c: v * bandwidth for c, v in self.capacity.items()}
+               capacity: dict[str, float] | None = None, latency_ns: dict[str, float] | None = None,
+               class_scale: dict[str, float] | None = None) -> "LinkParams":
+        cap = {c: v * bandwidth * (class_scale or {}).get(c, 1.0) for c, v in self.capacity.items()}
         lat = {c: v * latency for c, v in self.latency_ns.items()}
         cap.update(capacity or {})
         lat.update(latency_ns or {})
@@ -72,12 +73,20 @@ class LinkFlows:
     def __len__(self) -> int:
         return len(self.coll_row)
 
-    def flows(self, nodes: np.ndarray, prm: LinkParams) -> Flows:
-        """The engine's Flows: flow i is graph node nodes[i], timed under prm."""
+    def flows(self, nodes: np.ndarray, prm: LinkParams, factor: np.ndarray | None = None,
+              latency_share: np.ndarray | None = None) -> Flows:
+        """The engine's Flows: flow i is graph node nodes[i], timed under prm; factor (per flow): its bytes times
+        that, latency_share: its latency times that (the calibration's per-transfer factor and the share of the
+        latency a transfer shorter than it had, replay/linkfit.py)."""
         cap = np.array([prm.capacity[k] * (prm.host_scale.get(int(h), 1.0) if k == INTER else 1.0)
                         for k, h in zip(self.link_kind, self.link_host)], np.float64)
-        lat = np.rint(self.lat_steps * np.array([prm.latency_ns[c] for c in self.link_class], np.float64))
-        return Flows(node=nodes, bytes=self.bytes, latency_ns=lat.astype(np.int64), route_ptr=self.route_ptr,
+        lat = self.lat_steps * np.array([prm.latency_ns[c] for c in self.link_class], np.float64)
+        size = self.bytes
+        if factor is not None:
+            size = size * factor
+        if latency_share is not None:
+            lat = lat * latency_share
+        return Flows(node=nodes, bytes=size, latency_ns=np.rint(lat).astype(np.int64), route_ptr=self.route_ptr,
                      route_links=self.route_links, capacity=cap if len(cap) else np.ones(0))
 
 
@@ -114,12 +123,18 @@ def build(colls: pd.DataFrame, host_of: dict[int, int]) -> LinkFlows:
         on = {r: host_of.get(r, -1 - r) for r in ranks}  # a rank of unknown host is a host of its own
         hs = sorted(set(on.values()))
         r_links = []
-        if len(hs) > 1:
-            for h in hs:
-                r_links += [link(INTER, h, "tx"), link(INTER, h, "rx")]
-        if len(hs) == 1 or len(hs) < len(ranks):
-            for r in ranks:
-                r_links += [link(INTRA, r, "tx"), link(INTRA, r, "rx")]
+        if ops[i] in _P2P_OPS and len(ranks) == 2:
+            # a message one way: out of the sender's link, into the receiver's (ranks: [sender, receiver])
+            src, dst = ranks
+            r_links = ([link(INTER, on[src], "tx"), link(INTER, on[dst], "rx")] if on[src] != on[dst]
+                       else [link(INTRA, src, "tx"), link(INTRA, dst, "rx")])
+        else:
+            if len(hs) > 1:
+                for h in hs:
+                    r_links += [link(INTER, h, "tx"), link(INTER, h, "rx")]
+            if len(hs) == 1 or len(hs) < len(ranks):
+                for r in ranks:
+                    r_links += [link(INTRA, r, "tx"), link(INTRA, r, "rx")]
         rows.append(i)
         cls.append(INTER if len(hs) > 1 else INTRA)
         size.append(f[i] * nbytes[i])
@@ -136,19 +151,6 @@ def build(colls: pd.DataFrame, host_of: dict[int, int]) -> LinkFlows:
                      route_ptr=np.asarray(ptr, np.int64), route_links=np.asarray(route, np.int64),
                      link_kind=np.asarray(kinds, dtype=object), link_host=np.asarray(hosts, np.int64),
                      link_names=names, notes=notes)
-
-
-def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams) -> np.ndarray:
-    """Each flow's time (ns) when the flows start at starts_ns (their measured barrier starts) and share
-    the links under prm, with nothing else in the replay: the calibration's forward model."""
-    n = len(lf)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    t0 = int(starts_ns.min())
-    e = Engine(n + 1, np.zeros(n, np.int64), np.arange(1, n + 1), np.zeros(n, bool), starts_ns - t0, source=0,
-               t0_ns=t0)
-    s = e.run(np.zeros(n + 1, np.int64), flows=lf.flows(np.arange(1, n + 1), prm))
-    return s.end_ns[1:] - s.start_ns[1:]
 
 
 def _by_link(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray):
@@ -225,82 +227,3 @@ def period_ends(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray, periods
     np.maximum.at(pend, periods, end_ns[owner].astype(np.int64))
     np.maximum.at(out, owner, pend[periods])
     return out
-
-
-@dataclass(frozen=True)
-class Fit:
-    params: LinkParams
-    rel_rms: dict[str, float]   # per link class: root-mean-square relative residual of the flows' times
-    flows: dict[str, int]       # per link class: flows fitted
-
-
-def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, rounds: int = 2) -> Fit:
-    """Capacity and latency per link class that make the flows, replayed from their measured starts and
-    sharing the links, keep the links busy as long as the run did: each flow's busy period (its links
-    in use without a break) ends when the measured one did (least squares in error relative to the time
-    from the flow's start to that end; coarse-to-fine search over log capacity and the latency's share of
-    the fastest transfer). Busy periods, unlike each flow's own time, do not depend on how the link was
-    shared among its flows (max-min here; a TCP connection that gloo's buckets share serves the first
-    one faster): the fit takes the link's throughput, not the sharing discipline. The periods are the
-    measured ones for the predicted times too: re-partitioned, a period that ended a hair before the next
-    flow started would swallow it as soon as a candidate is slightly slower, its end jumping by that
-    flow's whole time, and the fit would run to whatever capacity keeps the hair (on a 400 Mbit/s testbed
-    run, 448 Mbit/s with 53% residual; 409 Mbit/s and 20% on the measured periods). Classes are fitted in
-    turn, the other held at its current value."""
-    meas = np.maximum(measured_ns.astype(np.float64), 1.0)
-    # a transfer measured as nothing had no shared window (a rank finished before the last arrived: see the
-    # graph's notes); it says nothing of the link, and in relative error it would outweigh every other one
-    timed = measured_ns > 0
-    present = [c for c in (INTER, INTRA) if ((lf.link_class == c) & timed).any()]
-    cap = {INTRA: 1.0, INTER: 1.0}
-    lat = {INTRA: 0.0, INTER: 0.0}
-    for c in present:  # start: each class's flows as if alone (bytes / time), no latency
-        sel = (lf.link_class == c) & timed
-        cap[c] = float(np.median(lf.bytes[sel] / meas[sel])) or 1.0
-
-    starts = starts_ns.astype(np.int64)
-    meas_periods = busy_periods(lf, starts, starts + measured_ns.astype(np.int64))
-    meas_pe = period_ends(lf, starts, starts + measured_ns.astype(np.int64), meas_periods)
-    horizon = np.maximum(meas_pe - starts, 1).astype(np.float64)
-
-    def loss(c, cp, lt):
-        prm = LinkParams({**cap, c: cp}, {**lat, c: lt})
-        pred_pe = period_ends(lf, starts, starts + transfers(lf, starts_ns, prm), meas_periods)
-        sel = (lf.link_class == c) & timed
-        return float(np.mean(((pred_pe[sel] - meas_pe[sel]) / horizon[sel]) ** 2))
-
-    for _ in range(rounds):
-        for c in present:
-            sel = (lf.link_class == c) & timed
-            steps = lf.lat_steps[sel]
-            lat_max = float(np.min(meas[sel] / np.maximum(steps, 1.0)))
-            log_lo, log_hi = np.log(cap[c]) - 3.0, np.log(cap[c]) + 3.0
-            lat_lo, lat_hi = 0.0, lat_max
-            best = (loss(c, cap[c], lat[c]), cap[c], lat[c])
-            for _zoom in range(4):
-                for lc in np.linspace(log_lo, log_hi, 13):
-                    for lt in np.linspace(lat_lo, lat_hi, 9):
-                        v = loss(c, float(np.exp(lc)), float(lt))
-                        if v < best[0]:
-                            best = (v, float(np.exp(lc)), float(lt))
-                span_c = (log_hi - log_lo) / 6.0
-                span_l = (lat_hi - lat_lo) / 4.0
-                log_lo, log_hi = np.log(best[1]) - span_c, np.log(best[1]) + span_c
-                lat_lo, lat_hi = max(0.0, best[2] - span_l), min(lat_max, best[2] + span_l)
-            cap[c], lat[c] = best[1], best[2]
-    prm = LinkParams(dict(cap), dict(lat))
-    rel = (period_ends(lf, starts, starts + transfers(lf, starts_ns, prm), meas_periods) - meas_pe) / horizon
-    used = {c: (lf.link_class == c) & timed for c in present}
-    return Fit(params=prm, rel_rms={c: float(np.sqrt(np.mean(rel[u] ** 2))) for c, u in used.items()},
-               flows={c: int(u.sum()) for c, u in used.items()})
-
-
-def from_alpha_beta(model) -> Fit:
-    """Link parameters from an alpha-beta calibration whose transfers never overlapped (nccl-tests runs one
-    collective at a time): each link class's bandwidth and latency as fitted."""
-    cap = {c: model.links[c].bandwidth_gbps for c in (INTRA, INTER)}  # 1 GB/s = 1 byte/ns
-    lat = {c: model.links[c].alpha_ns for c in (INTRA, INTER)}
-    fitted = [c for c in (INTRA, INTER) if model.link_sources.get(c) == "fit"]
-    rms = {c: float(np.average([f.rel_rms for f in model.classes.values() if f.link_class == c])) for c in fitted}
-    return Fit(params=LinkParams(cap, lat), rel_rms=rms,
-               flows={c: sum(f.n_rows for f in model.classes.values() if f.link_class == c) for c in fitted})

@@ -20,7 +20,7 @@ import pandas as pd
 
 from analyses import depgraph as _graph
 
-from . import links, parallelism, pipeline, pools, topology
+from . import linkfit, links, parallelism, pipeline, pools, topology
 from .checks import ScenarioError
 from .network import CalibratedModel, calibrate
 from .optical import OpticalModel
@@ -96,7 +96,11 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
     if not len(g.colls):
         return
     if sc.network.model == "links":
-        return links_step(g, sc, run, st)
+        why = _alpha_beta_only(sc)
+        if why is None:
+            return links_step(g, sc, run, st)
+        st.notes.append(f"{sc.where}: {why}, which the links model does not model: this scenario's collectives are "
+                        "costed by the alpha-beta model (each alone, no sharing)")
     comm = sc.comm_model(st.base if st.base is not None and sc.needs_calibration else st.colls,
                          nccl_tests=st.nccl_tests)
     transfer = np.asarray(comm.transfer_ns(st.colls, st.rng), np.int64)
@@ -117,10 +121,22 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
                             "several hosts, say which with [topology] ranks_per_host or hosts")
 
 
+def _alpha_beta_only(sc: Scenario) -> str | None:
+    """What of the scenario only the alpha-beta model costs (None: nothing)."""
+    net = sc.network
+    if sc.optical is not None:
+        return "[optical] circuits"
+    if net.algorithm is not None:
+        return f"[network] algorithm = '{net.algorithm}'"
+    if net.calibrate == "none":
+        return "[network] calibrate = 'none' (the default links' absolute costs)"
+    return None
+
+
 def _overlap_note(g, sc: Scenario, st: ModelState) -> None:
     """The alpha-beta model costs each collective alone; where the run's transfers shared a link, say so and
     name the model that shares it."""
-    lf = links.build(g.colls, _host_index(g, sc))
+    lf = links.build(g.colls, _run_host_index(g))
     if len(lf) < 2:
         return
     start = g.colls.barrier_start_ns.to_numpy(np.int64)[lf.coll_row]
@@ -135,30 +151,36 @@ def _overlap_note(g, sc: Scenario, st: ModelState) -> None:
 
 def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     """[network] model = 'links': every collective a flow over the hosts' links (replay/links.py), capacity and
-    latency per link class fitted on the measured run's own transfers, then changed as the scenario says."""
+    latency per link class fitted on the measured run's own transfers and a factor per transfer that keeps its
+    measured time (replay/linkfit.py), then changed as the scenario says."""
+    run_hosts = _run_host_index(g)
     host_of = _host_index(g, sc)
     net = sc.network
+    measured = links.build(g.colls, run_hosts)
+    starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
     if net.calibrate == "nccl_tests":  # one collective at a time: the alpha-beta fit is each link alone
-        fitted = links.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests))
+        fitted = linkfit.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests))
     else:
-        measured = links.build(g.colls, host_of)
-        starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
-        fitted = links.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row])
+        fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
+                             g.colls.op.astype(object).to_numpy()[measured.coll_row])
     over = net.packet_links
     prm = fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
+        class_scale={c: o.bandwidth_scale for c, o in over.items() if o.bandwidth_scale is not None},
         capacity={c: o.bandwidth_gbps for c, o in over.items() if o.bandwidth_gbps is not None},
         latency_ns={c: o.latency_us * 1e3 for c, o in over.items() if o.latency_us is not None},
         host_scale=_host_scales(net.hosts, host_of, sc.where))
     lf = links.build(st.colls, _extend(host_of, st.colls))
+    resized = st.colls.group_size.to_numpy() != g.colls.group_size.to_numpy()  # a data-parallel change
+    factor, tail, share = _carried(measured, fitted, lf, resized)
     barrier = np.flatnonzero(g.kind == _graph.K["barrier"])
     node_of = barrier[np.argsort(g.coll[barrier])]  # barrier node of each collective row
-    flows = lf.flows(node_of[lf.coll_row], prm)
+    flows = lf.flows(node_of[lf.coll_row], prm, factor, share)
     if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
         shift = st.colls.dp_wait_shift_ns.to_numpy(np.int64)[lf.coll_row]
         flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift, 0), flows.route_ptr,
                       flows.route_links, flows.capacity)
-    _scale_release_lags(g, st, lf, flows, fitted.params, prm, node_of)
+    _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, fitted.params, factor, share), node_of, tail)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest]
     st.info["flows"] = flows
@@ -166,32 +188,88 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     pooled = pools.gloo_pools(g, st.lag_ns)
     if pooled is not None:
         st.info["edge_src"], st.info["edge_from_end"], st.lag_ns, st.info["pools"], n_jobs = pooled
-        st.notes.append(f"gloo worker threads as a pool: {n_jobs} collective(s) run on whichever of their rank's "
+        st.notes.append(f"gloo worker threads as a pool: {n_jobs} collective(s) run on whichever of their group's "
                         "runloop threads is free, in the order they were enqueued")
+    for c in sorted(set(lf.link_class)):
+        if fitted.source.get(c) == "default":
+            d = fitted.params
+            st.notes.append(f"links model: no transfer of the run crossed an {c} link, this scenario's do: they get "
+                            f"the default {d.capacity[c]:g} GB/s and {d.latency_ns[c] / 1e3:g} us (replay/network.py "
+                            "DEFAULT_LINKS; [network.links.<class>] bandwidth_gbps says otherwise)")
     for c, rms in fitted.rel_rms.items():
-        how = ("from nccl-tests" if net.calibrate == "nccl_tests"
-               else f"over {fitted.flows[c]} transfer(s) replayed as flows")
+        how = fitted.source.get(c) or f"over {fitted.flows[c]} transfer(s)"
         nominal = _nominal_rates(run) if c == links.INTER else ""
         st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
-                        f"step, {how} (busy periods' residual {100 * rms:.1f}% rms){nominal}")
-    st.notes += [n for n in lf.notes if n not in st.notes]
+                        f"step, from {how} (the model alone {100 * rms:.1f}% rms off the measured transfers; each "
+                        f"transfer keeps the rest as its own factor){nominal}")
+    st.notes += [n for n in fitted.notes + lf.notes if n not in st.notes]
 
 
-def _scale_release_lags(g, st: ModelState, lf, flows, fit_prm, prm, node_of) -> None:
-    """A participant released after the shared transfer ended (its incoming direction still carried data)
-    waits for the link too: its release and host-wait lags follow the flow's bottleneck capacity."""
-    old = lf.flows(flows.node, fit_prm).capacity
-    new = flows.capacity
+def _carried(measured, fitted, lf, resized):
+    """Per flow of the scenario's LinkFlows: the factor, tail and latency share its collective's measured flow was
+    fitted with, when the collective crosses the same class of link as in the run; a collective the scenario
+    resized (resized: per collective row; a data-parallel change) has no measured residual of its own: the model
+    alone (factor 1, no tail); one a [topology] moved onto another class takes the median factor of the run's flows
+    of that class (1 where the run has none) and no tail."""
+    n = len(lf)
+    if fitted.factor is None:
+        return None, np.zeros(n, np.int64), None
+    by_row = {int(r): i for i, r in enumerate(measured.coll_row)}
+    cls_median = {}
+    for c in (links.INTER, links.INTRA):
+        k = fitted.factor[(measured.link_class == c) & (fitted.factor > 0)]
+        cls_median[c] = float(np.median(k)) if len(k) else 1.0
+    factor, share = np.empty(n), np.ones(n)
+    tail = np.zeros(n, np.int64)
+    for i, (row, c) in enumerate(zip(lf.coll_row, lf.link_class)):
+        j = by_row.get(int(row))
+        if resized[row]:
+            factor[i] = 1.0
+        elif j is not None and measured.link_class[j] == c:
+            factor[i], tail[i], share[i] = fitted.factor[j], fitted.tail_ns[j], fitted.latency_share[j]
+        else:
+            factor[i] = cls_median[c]
+    return factor, tail, share
+
+
+def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) -> None:
+    """After the shared transfer a participant still waits for its own side of it. Part of that is CPU: each of a
+    ring's p - 1 hand-offs waits for a worker thread to wake (up to p - 1 times the run's typical wake-up, the
+    median time a caller took to wake after its own side had finished); the rest is the last of its data still
+    on the link, which follows the flow's bottleneck capacity. A caller woken later still than its own side
+    finished woke up a thread: that part of its host-wait lag stays. Every one of them waits the transfer's tail
+    (replay/linkfit.py)."""
+    old, new = fit_flows.capacity, flows.capacity
     k = np.ones(len(node_of))
+    extra = np.zeros(len(node_of), np.int64)
     for i in range(len(lf)):
         route = lf.route_links[lf.route_ptr[i]:lf.route_ptr[i + 1]]
-        k[lf.coll_row[i]] = old[route].min() / new[route].min()
+        if len(route):
+            k[lf.coll_row[i]] = old[route].min() / new[route].min()
+        extra[lf.coll_row[i]] = tail[i]
     bar = np.full(g.n_nodes, -1, np.int64)
     bar[node_of] = np.arange(len(node_of))
-    sel = np.isin(g.edge_kind, [_graph.E["release"], _graph.E["host_wait"]]) & (bar[g.src] >= 0)
-    f = k[bar[g.src[sel]]]
-    st.lag_ns[sel] = np.rint(st.lag_ns[sel] * f).astype(np.int64)
+    rel = np.flatnonzero((g.edge_kind == _graph.E["release"]) & (bar[g.src] >= 0))
+    # (barrier, rank): the release lag after the shared transfer's end (not an early finisher's, from its start)
+    own = {(int(g.src[e]), int(g.rank[g.dst[e]])): int(st.lag_ns[e]) for e in rel if g.from_end[e]}
+    hw = np.flatnonzero((g.edge_kind == _graph.E["host_wait"]) & (bar[g.src] >= 0))
+    hw_net = np.array([min(int(st.lag_ns[e]), own.get((int(b), int(r)), 0))
+                       for e, b, r in zip(hw, g.src[hw], g.rank[g.dst[hw]])], np.int64)
+    woke = st.lag_ns[hw] - hw_net
+    wake_ns = float(np.median(woke[woke > 0])) if (woke > 0).any() else 0.0
+    hand_offs = np.maximum(st.colls.group_size.to_numpy(np.float64) - 1.0, 1.0)
+
+    def split(lag, row, from_end):
+        """lag = CPU part (kept) + link part (x k); early finishers' lags (from the start) are all transfer."""
+        cpu = np.where(from_end, np.minimum(lag, hand_offs[row] * wake_ns), 0.0)
+        return np.rint(cpu + (lag - cpu) * k[row]).astype(np.int64)
+
+    row = bar[g.src[rel]]
+    st.lag_ns[rel] = split(st.lag_ns[rel].astype(np.float64), row, g.from_end[rel]) + extra[row]
+    if len(hw):
+        row = bar[g.src[hw]]
+        st.lag_ns[hw] = split(hw_net.astype(np.float64), row, np.ones(len(hw), bool)) + woke + extra[row]
 
 
 def _nominal_rates(run) -> str:
@@ -218,12 +296,17 @@ def _nccl_tests(run, sc: Scenario):
 
 def _host_index(g, sc: Scenario) -> dict[int, int]:
     """rank -> host index: the scenario's [topology], else the graph's hosts."""
-    ranks = [int(r) for r in g.hosts["rank"]]
     if sc.topology.given:
-        return topology.host_of(sc.topology, set(ranks) | {int(r) for grp in g.colls["ranks"] for r in grp}, sc.where)
+        ranks = {int(r) for r in g.hosts["rank"]} | {int(r) for grp in g.colls["ranks"] for r in grp}
+        return topology.host_of(sc.topology, ranks, sc.where)
+    return _run_host_index(g)
+
+
+def _run_host_index(g) -> dict[int, int]:
+    """rank -> host index as the run ran (the graph's hosts: run.json, else the traces' host names)."""
     names: dict = {}  # ranks whose host nothing names share one unknown host, as the alpha-beta model takes them
-    return {r: names.setdefault(h if isinstance(h, str) and h else None, len(names))
-            for r, h in zip(ranks, g.hosts["hostname"])}
+    return {int(r): names.setdefault(h if isinstance(h, str) and h else None, len(names))
+            for r, h in zip(g.hosts["rank"], g.hosts["hostname"])}
 
 
 def _extend(host_of: dict[int, int], colls) -> dict[int, int]:

@@ -97,18 +97,24 @@ DEFAULT_LINKS: dict[str, Link] = {
 
 @dataclass(frozen=True)
 class LinkOverride:
-    """New parameters for a link class in a what-if; a field left None keeps the fitted (scaled) value."""
+    """New parameters for a link class in a what-if; a field left None keeps the fitted (scaled) value.
+    bandwidth_scale: that class's fitted bandwidth times this (the hosts' NICs k x faster and the fabric inside
+    the hosts as it was, where [network] bandwidth_scale speeds up every link); bandwidth_gbps, if given, wins."""
     bandwidth_gbps: float | None = None
     latency_us: float | None = None
+    bandwidth_scale: float | None = None
 
     def __post_init__(self):
         if self.bandwidth_gbps is not None and not (math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0):
             raise ValueError(f"bandwidth_gbps must be a finite number > 0, got {self.bandwidth_gbps!r}")
+        if self.bandwidth_scale is not None and not (math.isfinite(self.bandwidth_scale) and self.bandwidth_scale > 0):
+            raise ValueError(f"bandwidth_scale must be a finite number > 0, got {self.bandwidth_scale!r}")
         if self.latency_us is not None and not (math.isfinite(self.latency_us) and self.latency_us >= 0):
             raise ValueError(f"latency_us must be a finite number >= 0, got {self.latency_us!r}")
 
     def over(self, link: Link) -> Link:
-        return Link(bandwidth_gbps=link.bandwidth_gbps if self.bandwidth_gbps is None else self.bandwidth_gbps,
+        bw = link.bandwidth_gbps * (self.bandwidth_scale or 1.0)
+        return Link(bandwidth_gbps=bw if self.bandwidth_gbps is None else self.bandwidth_gbps,
                     latency_us=link.latency_us if self.latency_us is None else self.latency_us)
 
 
@@ -712,7 +718,10 @@ class WhatIfComm:
         merged = dict(self.links or {})
         for c, ln in links.items():
             prev = merged.get(c)
-            if isinstance(ln, LinkOverride) and prev is not None:
+            if isinstance(ln, LinkOverride) and isinstance(prev, LinkOverride):
+                ln = LinkOverride(*(getattr(prev, k) if getattr(ln, k) is None else getattr(ln, k)
+                                    for k in ("bandwidth_gbps", "latency_us", "bandwidth_scale")))
+            elif isinstance(ln, LinkOverride) and prev is not None:
                 ln = LinkOverride(bandwidth_gbps=prev.bandwidth_gbps if ln.bandwidth_gbps is None else ln.bandwidth_gbps,
                                   latency_us=prev.latency_us if ln.latency_us is None else ln.latency_us)
             merged[c] = ln
@@ -729,6 +738,8 @@ class WhatIfComm:
                 continue
             if ln.latency_us is not None:
                 setattr(new, a_attr, np.full(k, ln.latency_us * 1e3))
+            if getattr(ln, "bandwidth_scale", None) is not None:
+                setattr(new, b_attr, getattr(new, b_attr) / ln.bandwidth_scale)
             if ln.bandwidth_gbps is not None:
                 setattr(new, b_attr, np.full(k, 1.0 / ln.bandwidth_gbps))
         return new

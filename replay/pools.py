@@ -3,7 +3,8 @@
 The graph keeps each gloo collective on the runloop thread it ran on, after the one that thread ran before
 (a `thread` edge): right for the measured run, wrong for a what-if, where a job that queued behind a slow
 transfer would keep waiting for that same thread while the other one idles. Here each rank's runloop
-threads become one pool with as many servers as the rank has such threads: a job takes a server when its
+threads of one process group (every ProcessGroupGloo has its own) become one pool with as many servers as
+it has such threads: a job takes a server when its
 work starts (the `gloo:*` annotation: the graph's `comm` node) and gives it back when the work ends (its
 `comm_exit`); the thread edge into the job no longer binds, and the jobs are served in the order they
 were enqueued (each after the previous one's start). A job that measured queued (its thread was
@@ -29,10 +30,12 @@ def gloo_pools(g, lag_ns: np.ndarray):
         return None
     acquire = np.full(g.n_nodes, -1, np.int64)
     release = np.full(g.n_nodes, -1, np.int64)
-    ranks = np.unique(g.rank[jobs])
-    pool_of_rank = {int(r): i for i, r in enumerate(ranks)}
-    servers = np.array([len(np.unique(g.track[jobs[g.rank[jobs] == r]])) for r in ranks], np.int64)
-    pool = np.array([pool_of_rank[int(r)] for r in g.rank[jobs]], np.int64)
+    # a pool per rank and process group: each ProcessGroupGloo has worker threads of its own
+    pg_of = dict(zip(g.colls.coll_id.astype(int), g.colls.pg_name.astype(object)))
+    key = [(int(r), str(pg_of.get(int(c)))) for r, c in zip(g.rank[jobs], g.coll[jobs])]
+    pool_of_key = {k: i for i, k in enumerate(dict.fromkeys(key))}
+    pool = np.array([pool_of_key[k] for k in key], np.int64)
+    servers = np.array([len(np.unique(g.track[jobs[pool == i]])) for i in range(len(pool_of_key))], np.int64)
     acquire[jobs] = pool
     release[jobs + 1] = pool  # the job's comm_exit, spliced right after it on its track
     src, from_end, lag = g.src.copy(), g.from_end.copy(), lag_ns.copy()
@@ -59,8 +62,8 @@ def gloo_pools(g, lag_ns: np.ndarray):
     enq_at = np.full(g.n_nodes, np.iinfo(np.int64).max, np.int64)
     enq_at[g.dst[e]] = ready[e]
     prev = np.zeros(g.n_nodes, np.int64)  # the origin for a rank's first job
-    for r in ranks:
-        mine = jobs[(g.rank[jobs] == r) & has_enqueue[jobs]]
+    for i in range(len(pool_of_key)):
+        mine = jobs[(pool == i) & has_enqueue[jobs]]
         mine = mine[np.lexsort((mine, enq_at[mine]))]
         prev[mine[1:]] = mine[:-1]
     src[free], from_end[free], lag[free] = prev[g.dst[free]], False, 0

@@ -162,6 +162,8 @@ class ReplayResult:
         ys[1:-2:2], ys[2:-2:2] = self.start_ns[ids] - g.origin_ns, self.end_ns[ids] - g.origin_ns
         xs[0], ys[0] = t0, t0
         xs[-2], ys[-2] = max(m_end, xs[-3]), max(r_end, ys[-3])
+        if xs[-2] == xs[-3]:  # the track's last node ends the run: its own pin stays, the frame comes 1 ns after
+            xs[-2], ys[-2] = xs[-2] + 1, ys[-2] + 1
         xs[-1], ys[-1] = xs[-2] + (xs[-2] - t0), ys[-2] + (ys[-2] - t0)
         xs = np.maximum.accumulate(xs)
         ys = np.maximum.accumulate(ys)

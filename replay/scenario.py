@@ -104,8 +104,9 @@ def _network(n: dict, fail) -> NetworkSpec:
     for i, h in enumerate(hosts, 1):
         if "ranks" not in h:
             fail(("network", f"hosts #{i}", "ranks"), "missing; a host is named by the ranks it holds, e.g. ranks = [1]")
-    if hosts and n.get("model", "alpha_beta") != "links":
-        fail(("network", "hosts #1", "ranks"), "per-host links need the shared-link model: add [network] model = 'links'")
+    if hosts and n.get("model", "links") != "links":
+        fail(("network", "hosts #1", "ranks"), "per-host links need the shared-link model: [network] model = 'links' "
+             "(the default)")
     return NetworkSpec(**{**n, "links": links, "hosts": tuple(HostOverride(**h) for h in hosts)})
 
 

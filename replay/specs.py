@@ -41,7 +41,8 @@ def schema(cls) -> dict:
     return out
 
 
-LINK_KEYS = {"bandwidth_gbps": positive, "latency_us": non_negative}  # [network.links.<class>] -> LinkOverride
+# [network.links.<class>] -> LinkOverride
+LINK_KEYS = {"bandwidth_gbps": positive, "latency_us": non_negative, "bandwidth_scale": positive}
 HOST_KEYS = {"ranks": rank_list, "bandwidth_scale": positive}  # [[network.hosts]] -> HostOverride
 SPEEDUP_KEYS = {"kernel_class": one_of(*KERNEL_CLASSES), "name": regex, "factor": positive}  # -> Speedup
 PHASE_KEYS = {"match": globs, "circuits": globs, "ordinals": ordinals, "name": text}  # -> Phase
@@ -79,9 +80,10 @@ class NetworkSpec:
     nccl_tests_hosts: int = key(1, int_at_least(1))
     # link class -> LinkOverride as written (unscaled); 'optical' gives the circuits' defaults
     links: dict = key(check={c: LINK_KEYS for c in LINK_CLASSES}, make=dict)
-    # alpha_beta: each collective costed alone (replay/network.py); links: collectives as flows that share
-    # the links of the run's hosts (replay/links.py)
-    model: str = key("alpha_beta", one_of("alpha_beta", "links"))
+    # links (the default): collectives as flows that share the links of the run's hosts (replay/links.py, fitted by
+    # replay/linkfit.py); alpha_beta: each collective costed alone (replay/network.py), kept for comparison and for
+    # what only it models (another algorithm, uncalibrated default links, optical circuits)
+    model: str = key("links", one_of("alpha_beta", "links"))
     hosts: tuple[HostOverride, ...] = key((), ("array", HOST_KEYS))  # per-host NICs (the links model)
 
     @property

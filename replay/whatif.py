@@ -1,14 +1,13 @@
 """Compare what-if scenarios against the measured run: one graph, one replay per scenario.
 
 A row per scenario (COLUMNS). The job's step time is its slowest rank's median step; exposed
-communication is the time a rank spends in collectives while it has nothing else to run (its GPU
-streams on a GPU rank, its busy CPU threads on a gloo rank), median per step, worst rank.
+communication is the exposed_comm analysis's (analyses/exposed_comm.sql: the one definition), on the measured
+run and on each replayed one (written as a store), its worst rank's median per step.
 """
 from __future__ import annotations
 
 import os
 
-import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
@@ -22,8 +21,9 @@ COLUMNS = {
     "change_pct": "100 * (predicted - measured) / measured",
     "throughput_steps_per_s": "1e9 / predicted_step_ns",
     "throughput_samples_per_s": "global batch (run.json; x dp'/dp under a data-parallel change) / step time",
-    "measured_exposed_comm_ns": "measured exposed communication per step (worst rank's median), ns",
-    "exposed_comm_ns": "predicted exposed communication per step (worst rank's median), ns",
+    "measured_exposed_comm_ns": "exposed communication per step of the measured run (the exposed_comm analysis; "
+                                "worst rank's median), ns",
+    "exposed_comm_ns": "the same analysis on the replayed run, ns (a folded replay: its representative ranks')",
     "reconfigurations": "optical circuit reconfigurations in the replayed steps (NULL: no [optical])",
     "goodput_pct": "useful time / wall time over the whole job under [failures] (NULL: none)",
     "effective_training_pct": "effective training time under [failures], Meta's definition (NULL: none)",
@@ -32,79 +32,35 @@ COLUMNS = {
 }
 
 
-def _union(s: np.ndarray, e: np.ndarray):
-    if len(s) == 0:
-        return s, e
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), bool)
-    new[1:] = s[1:] > run_end[:-1]
-    heads = np.flatnonzero(new)
-    return s[heads], np.maximum.reduceat(e, heads)
+def _exposed_ns(run, ranks=None) -> int | None:
+    """The job's exposed communication per step, as the exposed_comm analysis gives it on this run (measured or
+    replayed: a replayed run is a store like a measured one); ranks: only these."""
+    from analyses.exposed_comm import exposed_comm, exposed_comm_job_ns
+
+    df = exposed_comm(run)
+    return exposed_comm_job_ns(df if ranks is None else df[df["rank"].isin(ranks)])
 
 
-def _covered(us, ue, lo, hi) -> int:
-    """Length of the union (us, ue) inside [lo, hi)."""
-    a = np.clip(us, lo, hi)
-    b = np.clip(ue, lo, hi)
-    return int((b - a).clip(min=0).sum())
+def _predicted_exposed_ns(res: ReplayResult, out: str | None):
+    """exposed_comm on the replayed run, written as a store (into `out`, else a scratch folder): the analysis's
+    one definition, on the predicted times. A folded replay writes its representatives' events (a folded rank is
+    timed as its representative) and the figure is theirs."""
+    import tempfile
 
+    import tracekit
 
-def exposed_comm(g, start, end, steps: pd.DataFrame, step_ts, step_end) -> pd.DataFrame:
-    """Per rank and step: time in collectives not covered by other work, on the given schedule."""
-    rows = []
-    kind, rank = g.kind, g.rank
-    comm = np.flatnonzero(kind == _graph.K["comm"])
-    main_tracks = set(g.tracks.loc[g.tracks.main, "track"].astype(int))
-    has_gpu = set(g.tracks.loc[g.tracks.is_gpu, "rank"].astype(int))
-    for r in g.ranks:
-        on = comm[rank[comm] == r]
-        # the exit of a participant is the next node on its track (spliced right after it)
-        ex = on + 1
-        cs, ce = start[on], end[np.minimum(ex, len(end) - 1)]
-        if r in has_gpu:
-            busy = np.flatnonzero((rank == r) & (kind == _graph.K["gpu"]))
-        else:
-            busy = np.flatnonzero((rank == r) & np.isin(kind, (_graph.K["cpu"], _graph.K["runtime"]))
-                                  & np.isin(g.track, list(main_tracks)))
-        us, ue = _union(cs, ce)
-        bs, be = _union(start[busy], end[busy])
-        sel = steps["rank"].to_numpy() == r
-        for lo, hi in zip(step_ts[sel], step_end[sel]):
-            total = _covered(us, ue, lo, hi)
-            # comm time overlapped by busy time: intersect the two unions inside the window
-            both = 0
-            if len(bs) and len(us):
-                i = np.searchsorted(be, us, side="left")
-                for k in range(len(us)):
-                    j = i[k]
-                    while j < len(bs) and bs[j] < ue[k]:
-                        a, b = max(us[k], bs[j], lo), min(ue[k], be[j], hi)
-                        if b > a:
-                            both += b - a
-                        j += 1
-            rows.append({"rank": r, "exposed_comm_ns": total - both})
-    return pd.DataFrame(rows, columns=["rank", "exposed_comm_ns"])
+    from .writer import write_retimed_store
 
-
-def _job_exposed(df: pd.DataFrame) -> int | None:
-    if df.empty:
-        return None
-    return int(df.groupby("rank").exposed_comm_ns.median().max())
-
-
-def _step_windows(res: ReplayResult, measured: bool):
-    g = res.graph
-    st = g.steps
-    if res.folding is not None:  # a folded replay times its representatives only (they stand for the rest)
-        st = st[st["rank"].isin(g.ranks)]
-    if st.empty:
-        return st, np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if measured:
-        return st, st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)
-    ts, end = res._warp(st[["rank", "pid", "tid"]], st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64))
-    return st, ts, end
+    if out is not None:
+        return _exposed_ns(tracekit.open(res.write_store(out)))
+    with tempfile.TemporaryDirectory(prefix="tracekit-whatif-") as tmp:
+        if res.folding is None:
+            return _exposed_ns(tracekit.open(res.write_store(os.path.join(tmp, "replayed"))))
+        reps = list(res.graph.ranks)
+        path = write_retimed_store(res.run.store.path, os.path.join(tmp, "replayed"), res.event_times(reps),
+                                   label={"kind": "replay", "ranks": reps,
+                                          "scenario": res.scenario.name if res.scenario else "baseline"})
+        return _exposed_ns(tracekit.open(path), reps)
 
 
 def _job_step(summary: pd.DataFrame, col: str) -> int:
@@ -125,8 +81,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     g = _graph.build(run)
     fold = False if out_dir else fold
     base = replay(run, graph=g, fold=False)
-    st, ts, end = _step_windows(base, measured=True)
-    meas_exposed = _job_exposed(exposed_comm(g, g.start_ns, g.start_ns + g.dur_ns, st, ts, end))
+    meas_exposed = _exposed_ns(run)
     s0 = base.summary()
     measured = _job_step(s0, "measured_step_ns")
     par = run.run_manifest().get("parallel") or {}
@@ -141,9 +96,8 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         results.append(res)
         s = res.summary()
         pred = _job_step(s, "predicted_step_ns")
-        st, ts, end = _step_windows(res, measured=False)
-        # a folded replay's schedule is of the folded graph (res.graph), not of the full one
-        exp = _job_exposed(exposed_comm(res.graph, res.start_ns, res.end_ns, st, ts, end))
+        out = os.path.join(out_dir, _safe(sc.name)) if out_dir else None
+        exp = _predicted_exposed_ns(res, out)
         dp = sc.parallelism.dp
         scale = dp / par["dp"] if dp and par.get("dp") else 1.0
         row = {"scenario": sc.name, "measured_step_ns": measured, "predicted_step_ns": pred,
@@ -160,7 +114,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
             row.update({"goodput_pct": 100.0 * gp.goodput, "effective_training_pct": gp.effective_training_time_pct,
                         "time_to_train_h": gp.time_to_train_s / 3600.0})
         if out_dir:
-            row["out"] = res.write_store(os.path.join(out_dir, _safe(sc.name)))
+            row["out"] = out
         rows.append(row)
     df = pd.DataFrame(rows).reindex(columns=[c for c in COLUMNS if c != "out" or out_dir])
     df.attrs["notes"] = {r.scenario.name: list(r.notes) for r in results}  # plain data: attrs are deep-copied

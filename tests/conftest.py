@@ -32,15 +32,19 @@ def shared():
 
 def write_trace(path: Path, events: list[dict], *, rank: int | None = 0, world_size: int = 1,
                 base_ns: int | None = None, extra: dict | None = None, gz: bool | None = None,
-                info_after: bool = True) -> Path:
+                info_after: bool = True, pg_config: list[dict] | None = None) -> Path:
     """Write a Kineto-shaped trace. distributedInfo goes after traceEvents as
-    torch.profiler writes it (info_after) or before it."""
+    torch.profiler writes it (info_after) or before it; pg_config: its process groups
+    ({pg_name, pg_desc, ranks})."""
     doc: dict = {"schemaVersion": 1, "deviceProperties": [], "displayTimeUnit": "ms"}
     if base_ns is not None:
         doc["baseTimeNanoseconds"] = base_ns
     if extra:
         doc.update(extra)
     info = {"backend": "gloo", "rank": rank, "world_size": world_size} if rank is not None else None
+    if info is not None and pg_config is not None:
+        info.update(pg_count=len(pg_config), pg_config=[{"backend_config": "cpu:gloo", "pg_size": len(g["ranks"]), **g}
+                                                         for g in pg_config])
     if info and not info_after:
         doc["distributedInfo"] = info
     doc["traceEvents"] = events

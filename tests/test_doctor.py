@@ -52,7 +52,7 @@ def test_the_injected_straggler_is_the_top_finding_with_its_evidence(stores):
 def test_a_link_bound_run_leads_with_exposed_communication(stores):
     fs = _doctor_json("ddp2_2hosts_100mbit", stores["ddp2_2hosts_100mbit"])
     assert fs[0]["kind"] == "exposed_communication" and fs[0]["rank"] is None
-    assert tomllib.loads(fs[0]["scenario"])["network"] == {"model": "links", "bandwidth_scale": 2.0}
+    assert tomllib.loads(fs[0]["scenario"])["network"] == {"bandwidth_scale": 2.0}
     assert fs[0]["saving_pct"] > 25  # the sample is link-bound: 93% of its step is exposed communication
 
 

@@ -13,6 +13,7 @@ from analyses import depgraph as G
 from replay.engine import Engine
 from replay.replayer import apply_models, replay as replay_fn
 from replay.scenario import Scenario
+from replay.specs import NetworkSpec
 from tracekit.cli import cli
 
 from .conftest import REPO, shared_trace_dir
@@ -166,14 +167,15 @@ def test_faster_transfers_shorten_the_gloo_steps(ddp3):
         def transfer_ns(self, colls, rng):
             return colls.measured_transfer_ns.to_numpy() // 2
 
-    class Half(Scenario):  # a scenario with that model
+    class Half(Scenario):  # a scenario with that model (a CommModel: the alpha-beta path's plug)
         def comm_model(self, calibrated_base=None, **kw):
             return HalfComm()
 
-    fast = replay_fn(ddp3, Half(), graph=g)
+    half = Half(network=NetworkSpec(model="alpha_beta"))
+    fast = replay_fn(ddp3, half, graph=g)
     b, f = base.summary(), fast.summary()
     assert (f.predicted_step_ns < b.predicted_step_ns).all()
-    dur, _, _, _ = apply_models(g, Half())
+    dur, _, _, _ = apply_models(g, half)
     bar = g.kind == G.K["barrier"]
     assert (dur[bar] == g.dur_ns[bar] // 2).all()
 

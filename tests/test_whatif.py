@@ -30,14 +30,21 @@ def _job_step(result, col="predicted_step_ns"):
     return result.summary()[col].max()
 
 
-@pytest.mark.slow  # replays recorded runs under what-ifs
-@pytest.mark.parametrize("src, doc, dst, target_pct", [
+_CASES = [
     ("ddp2_2hosts_100mbit", {"network": {"bandwidth_scale": 4.0}}, "ddp2_2hosts_400mbit", 5.0),
     ("ddp2_2hosts_400mbit", {"network": {"bandwidth_scale": 0.25}}, "ddp2_2hosts_100mbit", 5.0),
     ("ddp2_2hosts_100mbit", {"parallelism": {"dp": 4}}, "ddp4_4hosts_100mbit", 10.0),
     ("ddp4_4hosts_100mbit", {"parallelism": {"dp": 2}}, "ddp2_2hosts_100mbit", 10.0),
-])
-@pytest.mark.parametrize("model", ["alpha_beta", "links"])
+]
+_FOUR_TO_TWO_LINKS = pytest.mark.xfail(strict=True, reason=(
+    "links model +10.1% (alpha-beta +9.4%, the links model before 2026-12-04 +10.0%): the 4-host run's 4 processes "
+    "shared 2 cores, and its stretched compute stays in a 2-rank prediction (docs/whatif.md)"))
+
+
+@pytest.mark.slow  # replays recorded runs under what-ifs
+@pytest.mark.parametrize("src, doc, dst, target_pct, model", [
+    pytest.param(*case, model, marks=[_FOUR_TO_TWO_LINKS] if model == "links" and case[1].get("parallelism") == {
+        "dp": 2} else []) for case in _CASES for model in ("alpha_beta", "links")])
 def test_prediction_matches_the_run_recorded_under_those_conditions(runs, src, doc, dst, target_pct, model):
     doc = {**doc, "network": {**doc.get("network", {}), "model": model}}
     predicted = _job_step(replay.run(runs[src], scenario_from_dict(doc, "s")))
@@ -131,10 +138,14 @@ def test_dp_change_takes_the_layout_from_distributed_info_without_run_json(runs,
     d = tmp_path / "norun"
     shutil.copytree(SAMPLES / "ddp2_2hosts_100mbit", d, ignore=shutil.ignore_patterns(".tracekit"))
     (d / "run.json").unlink()
-    sc = scenario_from_dict({"parallelism": {"dp": 4}, "topology": {"ranks_per_host": 1}}, "x")
+    # the alpha-beta model: it costs each collective by the hosts [topology] says; the links model calibrates on
+    # the hosts the run says it ran on (here one), and a placement the run never had has nothing fitted to it
+    net = {"model": "alpha_beta"}
+    sc = scenario_from_dict({"parallelism": {"dp": 4}, "topology": {"ranks_per_host": 1}, "network": net}, "x")
     res = replay.run(tracekit.open(d, store=str(tmp_path / "st")), sc)
     assert any("from the traces' distributedInfo" in n for n in res.notes)
-    with_manifest = replay.run(runs["ddp2_2hosts_100mbit"], scenario_from_dict({"parallelism": {"dp": 4}}, "x"))
+    with_manifest = replay.run(runs["ddp2_2hosts_100mbit"], scenario_from_dict({"parallelism": {"dp": 4},
+                                                                                "network": net}, "x"))
     assert res.summary().predicted_step_ns.max() == with_manifest.summary().predicted_step_ns.max()
     # without distributedInfo either, the degree is unknown, said so
     for f in d.glob("rank*.trace.json.gz"):

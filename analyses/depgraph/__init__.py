@@ -9,7 +9,9 @@ Nodes (`Graph.kind`):
               `sync_exit` node after it is where it returns, once the GPU work it waited for is done
   gpu         a kernel, memcpy or memset on a stream
   comm        a collective's participant on one rank (NCCL kernel, gloo runloop annotation): its arrival;
-              the `comm_exit` node after it is where the collective finished on that rank
+              the `comm_exit` node after it is where the collective finished on that rank. gloo's send and recv
+              run on the caller's transport while the thread runs on: their pair sits on no track, timed by
+              the gloo:send / gloo:recv annotation that outlasts the call
   barrier     one collective instance across ranks: it starts when the last participant has arrived and
               lasts the transfer time (the communication model's; measured by default)
 
@@ -22,8 +24,10 @@ Edges (`Graph.edge_kind`), each from a node's start or end to another node's sta
   sync        the last GPU op a synchronising call waited for -> its return
   enqueue     gloo collective call -> the runloop thread's work on it
   host_wait   the end of a gloo collective -> the caller's next op, when the calling thread sat idle while
-              the collective finished (it blocked in work.wait())
+              the collective finished (it blocked in work.wait(), in wait_tensor, or inside the region that
+              waits: FSDP's all-gather, an autograd node's hook): that wait is left out of the thread's pieces
   arrive      participant arrival -> barrier;   release  barrier end -> each participant's exit
+  posted      a lane-less participant's arrival -> its exit
 
 Every node keeps its measured duration. The time between a node becoming ready (its last dependency
 met, on the measured times) and its measured start is kept as the `lag_ns` of that binding dependency:
@@ -43,14 +47,14 @@ import numpy as np
 
 from tracekit.errors import TracekitError
 
-from .collectives import collectives
-from .edges import collective_edges, gpu_edges
+from .collectives import collectives, waits_by_track
+from .edges import collective_edges, gpu_edges, laneless_participants
 from .lags import bind_lags
 from .load import Loaded, load, select_ranks
-from .model import EDGE_KINDS, KINDS, SYNC_CALLS, Builder, E, Graph, K, NodeMap
-from .tracks import add_roles, add_tracks, busy_spans, track_table
+from .model import EDGE_KINDS, KINDS, SYNC_CALLS, WAIT_CALLS, Builder, E, Graph, K, NodeMap
+from .tracks import add_roles, add_tracks, track_table, working_spans
 
-__all__ = ["E", "EDGE_KINDS", "Graph", "K", "KINDS", "SYNC_CALLS", "build"]
+__all__ = ["E", "EDGE_KINDS", "Graph", "K", "KINDS", "SYNC_CALLS", "WAIT_CALLS", "build"]
 
 
 def build(run, ranks=None) -> Graph:
@@ -70,13 +74,14 @@ def _assemble(d: Loaded, ranks) -> Graph:
     # the origin precedes every node and every step annotation (a step can open before its first op)
     t0 = int(min(x.ts_ns.min() for x in (cpu, gpu, steps) if len(x)))
     tracks = track_table(cpu, gpu)
-    colls, members = collectives(d.comm, d.hosts, notes, cpu, gpu, busy_spans(cpu) if len(cpu) else {})
+    colls, members, laneless = collectives(d.comm, d.hosts, notes, cpu, gpu, working_spans(cpu) if len(cpu) else {})
     nodes = NodeMap()
     add_roles(nodes, cpu, members)
 
     nb = Builder()
     origin = nb.add(K["origin"], -1, -1, -1, [t0], [0], "origin")[0]
-    chains = add_tracks(nb, nodes, cpu, gpu, notes)
+    chains = add_tracks(nb, nodes, cpu, gpu, notes, waits_by_track(colls, tracks) if len(colls) else None)
+    laneless_participants(nb, nodes, laneless)
     bar_ids = {}
     if len(colls):
         ids = nb.add(K["barrier"], -1, -1, -1, colls.barrier_start_ns.to_numpy(np.int64),

@@ -6,26 +6,41 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .tracks import union_spans
+
+# ranks: the group's ranks; for a send and its recv [sender, receiver] (group_size 2)
 COLUMNS = ["coll_id", "match_key", "op", "bytes", "group_size", "ranks", "n_hosts", "pg_name", "timeline",
            "measured_transfer_ns", "first_arrival_ns", "last_arrival_ns", "barrier_start_ns", "order",
-           "present_ranks", "events", "arrivals", "early", "missing_peers", "wakes", "callers"]
+           "present_ranks", "events", "arrivals", "early", "missing_peers", "wakes", "wait_from", "callers"]
+P2P_OPS = ("send", "recv")
+# what a lane-less participant is: the posting call, the annotation that timed the transfer on the rank
+LANELESS_COLUMNS = ["rank", "event_id", "call_event_id", "name", "ts_ns", "end_ns", "coll_id"]
 
 
 def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.DataFrame, gpu: pd.DataFrame,
                 spans: dict):
-    """One row per collective instance (COLUMNS) and its participants' events: {(rank, event_id): coll_id}.
-    A participant's measured time splits into its wait (until the last participant arrived) and the
-    transfer (from then to the first finish, which every rank shares)."""
-    rows = _participants(rows, cpu, gpu)
+    """One row per collective instance (COLUMNS), its participants' events: {(rank, event_id): coll_id}, and the
+    participants that sit on no track (LANELESS_COLUMNS: gloo's send and recv, timed by an annotation that
+    outlasts the call on the caller's thread while the thread runs on). A participant's measured time splits
+    into its wait (until the last participant arrived) and the transfer (from then to the first finish, which
+    every rank shares; for a send and its recv, the recv's: the message has arrived then). spans: each CPU
+    thread's working spans (tracks.working_spans), where the callers' waits are found."""
+    rows, laneless = _participants(rows, cpu, gpu)
     if rows.empty:
-        return pd.DataFrame(columns=COLUMNS), {}
+        return pd.DataFrame(columns=COLUMNS), {}, pd.DataFrame(columns=LANELESS_COLUMNS)
     rows = rows.sort_values(["match_key", "rank"], kind="stable").reset_index(drop=True)
+    # a send's end says the message left (into the socket's buffer, for a small one): the recv's says it arrived
+    sent = rows.op.isin(P2P_OPS) & (rows.call_op == "send") if "call_op" in rows else rows.op.isin(())
+    rows["transfer_end_ns"] = rows.end_ns.where(~sent)
     grp = rows.groupby("match_key", sort=False)
-    agg = grp.agg(first_arrival_ns=("ts_ns", "min"), last_arrival_ns=("ts_ns", "max"), first_end_ns=("end_ns", "min"),
+    agg = grp.agg(first_arrival_ns=("ts_ns", "min"), last_arrival_ns=("ts_ns", "max"),
+                  first_end_ns=("transfer_end_ns", "min"),
                   n=("rank", "size"), op=("op", "first"), bytes=("bytes", "max"), group_size=("group_size", "first"),
                   pg_name=("pg_name", "first"), timeline=("timeline", "first"),
                   present_ranks=("rank", list), events=("event_id", list), arrivals=("ts_ns", list))
     agg["pg_ranks"] = grp.pg_ranks.first()
+    for c in ("p2p_src", "p2p_dst"):
+        agg[c] = grp[c].first() if c in rows else pd.NA
     inconsistent = _transfer(agg, rows, spans)
     missing = _groups(agg, dict(zip(hosts["rank"].astype(int), hosts.hostname)))
     df = agg.reset_index()
@@ -38,6 +53,9 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
     for c, rks, evs in zip(df.coll_id, df.present_ranks, df.events):
         for r, e in zip(rks, evs):
             members[(int(r), int(e))] = int(c)
+    if len(laneless):
+        coll_of = dict(zip(df.match_key, df.coll_id))
+        laneless = laneless.assign(coll_id=laneless.match_key.map(coll_of).astype(np.int64))
     if inconsistent:
         notes.append(f"{inconsistent} collective(s) had a rank finish before the last one arrived (a tree or "
                      "broadcast that released it early, or unaligned clocks): no shared transfer window, the "
@@ -45,24 +63,38 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
     if missing:
         notes.append(f"{missing} collective(s) have peers outside the replayed ranks: their arrival is taken from "
                      "the measured wait (the present ranks' waits are kept inside the transfer time)")
-    return df[COLUMNS], members
+    return df[COLUMNS], members, laneless[LANELESS_COLUMNS] if len(laneless) else pd.DataFrame(columns=LANELESS_COLUMNS)
 
 
-def _participants(rows: pd.DataFrame, cpu: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
-    """The participants with the event each one is in the graph (the runloop's annotation for gloo, the
-    kernel for NCCL, else the call), its measured times, and the calling thread; one per rank and instance."""
+def _participants(rows: pd.DataFrame, cpu: pd.DataFrame, gpu: pd.DataFrame):
+    """The participants with the event each one is in the graph (the runloop's annotation for gloo, the annotation
+    that timed an asynchronous send or recv, the kernel for NCCL, else the call), its measured times, and the
+    calling thread; one per rank and instance. Also the lane-less ones (LANELESS_COLUMNS, with match_key)."""
+    empty = pd.DataFrame(columns=LANELESS_COLUMNS + ["match_key"])
     if rows.empty:
-        return rows
+        return rows, empty
+    nested = rows.nested_event_id.notna() if "nested_event_id" in rows else pd.Series(False, index=rows.index)
     ev = rows.runloop_event_id.where(rows.timeline == "cpu")
     ev = ev.fillna(rows.kernel_event_id.where(rows.timeline == "gpu")).fillna(rows.cpu_event_id)
+    ev = ev.where(~nested, rows.get("nested_event_id"))
     rows = rows.assign(event_id=ev).dropna(subset=["event_id"])
     rows["event_id"] = rows.event_id.astype(np.int64)
     times = pd.concat([cpu[["rank", "event_id", "ts_ns", "end_ns"]], gpu[["rank", "event_id", "ts_ns", "end_ns"]]])
-    rows = rows.merge(times, on=["rank", "event_id"], how="inner")
+    on_tracks = rows[~nested.loc[rows.index]].merge(times, on=["rank", "event_id"], how="inner")
+    laneless = rows[nested.loc[rows.index]].assign(ts_ns=lambda x: x.nested_start_ns.astype(np.int64),
+                                                   end_ns=lambda x: x.nested_end_ns.astype(np.int64))
+    rows = pd.concat([on_tracks, laneless], ignore_index=True)
     rows = rows.sort_values(["match_key", "rank", "ts_ns"], kind="stable").drop_duplicates(["match_key", "rank"])
-    calls = cpu[["rank", "event_id", "pid", "tid"]].rename(columns={"event_id": "cpu_event_id", "pid": "call_pid",
-                                                                    "tid": "call_tid"})
-    return rows.merge(calls, on=["rank", "cpu_event_id"], how="left")
+    calls = cpu[["rank", "event_id", "pid", "tid", "name"]].rename(
+        columns={"event_id": "cpu_event_id", "pid": "call_pid", "tid": "call_tid", "name": "call_name"})
+    rows = rows.merge(calls, on=["rank", "cpu_event_id"], how="left")
+    keep = rows.nested_event_id.notna() if "nested_event_id" in rows else pd.Series(False, index=rows.index)
+    lanes = rows[keep]
+    laneless = pd.DataFrame({"rank": lanes["rank"].astype(np.int64), "event_id": lanes.event_id.astype(np.int64),
+                             "call_event_id": lanes.cpu_event_id.astype(np.int64),
+                             "name": "gloo:" + lanes.call_op.astype(str), "ts_ns": lanes.ts_ns.astype(np.int64),
+                             "end_ns": lanes.end_ns.astype(np.int64), "match_key": lanes.match_key})
+    return rows, laneless
 
 
 def _transfer(agg: pd.DataFrame, rows: pd.DataFrame, spans: dict) -> int:
@@ -79,9 +111,12 @@ def _transfer(agg: pd.DataFrame, rows: pd.DataFrame, spans: dict) -> int:
     # gloo: the caller blocks in wait() and wakes when the collective completes, which the runloop's
     # annotation can outlast by a few ms; the shared transfer window ends at the first sign of
     # completion on any rank: the first annotation end or the first caller's wake-up
-    wake = _wake_times(rows, agg.last_arrival_ns, spans)
+    wake, wait_from = _wake_times(rows, agg.last_arrival_ns, spans)
     rows["wake_ns"] = wake
-    first_wake = rows.assign(w=np.where(wake >= 0, wake, np.iinfo(np.int64).max)).groupby("match_key", sort=False).w.min()
+    rows["wait_from_ns"] = wait_from
+    # a sender woken says its message left, not that it arrived: only the other participants' wakes end the window
+    ends = (wake >= 0) & rows.transfer_end_ns.notna().to_numpy()
+    first_wake = rows.assign(w=np.where(ends, wake, np.iinfo(np.int64).max)).groupby("match_key", sort=False).w.min()
     cut = first_wake.to_numpy(np.int64) - agg.last_arrival_ns.to_numpy(np.int64)
     has = first_wake.to_numpy(np.int64) != np.iinfo(np.int64).max
     use = has & (cut >= 0) & ~single & (cut < transfer)
@@ -91,6 +126,7 @@ def _transfer(agg: pd.DataFrame, rows: pd.DataFrame, spans: dict) -> int:
     rows["early"] = rows.end_ns.to_numpy(np.int64) < rel
     agg["early"] = rows.groupby("match_key", sort=False).early.agg(list)
     agg["wakes"] = rows.groupby("match_key", sort=False).wake_ns.agg(list)
+    agg["wait_from"] = rows.groupby("match_key", sort=False).wait_from_ns.agg(list)
     agg["callers"] = rows.groupby("match_key", sort=False).apply(
         lambda x: list(zip(x["rank"], x.call_pid, x.call_tid)), include_groups=False)
     return inconsistent
@@ -101,9 +137,13 @@ def _groups(agg: pd.DataFrame, host_of: dict) -> int:
     returns how many instances miss peers."""
     groups, sizes, hosts_n, miss = [], [], [], []
     cache = {}
-    for pr, rk, gs in zip(agg.pg_ranks, agg.present_ranks, agg.group_size):
+    for pr, rk, gs, op, src, dst in zip(agg.pg_ranks, agg.present_ranks, agg.group_size, agg.op, agg.p2p_src,
+                                        agg.p2p_dst):
         group = [int(x) for x in pr] if pr is not None and len(pr) else [int(x) for x in rk]
         size = len(group) if pd.isna(gs) else int(gs)
+        if op in P2P_OPS and not pd.isna(src) and not pd.isna(dst):
+            # a send and its recv move the message between their two ranks only: [sender, receiver]
+            group, size = [int(src), int(dst)], 2
         key = tuple(group)
         if key not in cache:
             hs = [host_of.get(r) for r in group]
@@ -116,12 +156,33 @@ def _groups(agg: pd.DataFrame, host_of: dict) -> int:
     return int((np.asarray(miss) > 0).sum())
 
 
+def waits_by_track(colls: pd.DataFrame, tracks: pd.DataFrame) -> dict:
+    """{track: (starts, ends)} of the waits of gloo callers (an idle gap that the collective's completion ended),
+    sorted and disjoint: the graph leaves them out of the thread's pieces."""
+    tkey = {(int(r), int(p), int(t)): int(k)
+            for r, p, t, k in zip(tracks["rank"], tracks.pid, tracks.tid, tracks.track)}
+    spans: dict = {}
+    for wakes, began, callers in zip(colls.wakes, colls.wait_from, colls.callers):
+        for w, b, (r, pid, tid) in zip(wakes, began, callers):
+            if w < 0 or b < 0 or w <= b or pd.isna(pid):
+                continue
+            t = tkey.get((int(r), int(pid), int(tid)))
+            if t is not None:
+                spans.setdefault(t, []).append((int(b), int(w)))
+    out = {}
+    for t, iv in spans.items():
+        iv = np.array(sorted(iv), np.int64)
+        out[t] = union_spans(iv[:, 0], iv[:, 1])
+    return out
+
+
 WAKE_LEAD_NS = 5_000_000  # a gloo caller wakes up to ~5 ms before the runloop's annotation ends (seen: 0.2-5.3 ms)
 
 
-def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.ndarray:
-    """For each gloo participant: when its calling thread woke from the wait, -1 when the caller was not
-    waiting. Of the idle gaps inside the collective's window whose end is nearer this collective's completion
+def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict):
+    """For each gloo participant: when its calling thread woke from the wait, and when that wait began (the idle
+    gap's start), -1 when the caller was not waiting. Of the idle gaps (between the thread's working spans)
+    inside the collective's window whose end is nearer this collective's completion
     than any other of the rank's collectives' (a wake-up is the collective's that caused it), the one
     covering most of the window among those ending within WAKE_LEAD_NS of the completion or later, or
     covering at least half the window. DDP waits for its buckets one after another once backward ends: a
@@ -130,6 +191,7 @@ def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.
     WAKE_LEAD_NS after the caller woke (a worker descheduled on a busy machine) still finds the caller's
     long wait, which is nearer its completion than the previous bucket's."""
     out = np.full(len(rows), -1, np.int64)
+    began = np.full(len(rows), -1, np.int64)
     la = rows.match_key.map(last_arrival).to_numpy(np.int64)
     ends = _completion(rows)
     ranks = rows["rank"].to_numpy(np.int64)
@@ -161,8 +223,9 @@ def _wake_times(rows: pd.DataFrame, last_arrival: pd.Series, spans: dict) -> np.
         covered = np.minimum(wake, hi) - np.maximum(ge[js], lo)
         ok = (wake >= hi - WAKE_LEAD_NS) | (covered * 2 >= window)
         if ok.any():
-            out[i] = wake[ok][np.argmax(covered[ok])]
-    return out
+            k = np.argmax(covered[ok])
+            out[i], began[i] = wake[ok][k], ge[js[ok][k]]
+    return out, began
 
 
 def _nearest_is(t: np.ndarray, end: int, ends_sorted: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .model import RUNTIME_CATS, SYNC_CALLS, Builder, NodeMap
+from .model import RUNTIME_CATS, SYNC_CALLS, Builder, K, NodeMap
 
 
 def gpu_edges(nb: Builder, arr: dict, nodes: NodeMap, cpu, gpu, cuda_sync) -> dict:
@@ -124,19 +124,35 @@ def _event_wait_edges(nb: Builder, rt, ops, cuda_sync) -> int:
     return len(src)
 
 
+def laneless_participants(nb: Builder, nodes: NodeMap, laneless) -> None:
+    """The participants that sit on no track (gloo's send and recv: the call posts the transfer and returns, an
+    annotation on the caller's thread times it): an arrival instant at the annotation's start and an exit at its
+    end, each pair on no track; the call enqueues the arrival (collective_edges)."""
+    for r, e, name, ts, end, c in zip(laneless["rank"], laneless.event_id, laneless.name, laneless.ts_ns,
+                                      laneless.end_ns, laneless.coll_id):
+        ids = nb.add([K["comm"], K["comm_exit"]], int(r), -1, int(e), [int(ts), int(end)], [0, 0], name, int(c))
+        nodes.first[(int(r), int(e))] = int(ids[0])
+        nodes.exit_of[int(ids[0])] = int(ids[1])
+        nb.link(ids[:1], ids[1:], True, "posted")
+
+
 def collective_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar_ids: dict, chains) -> dict:
     """arrive / release around each barrier (bar_ids: coll_id -> barrier node); gloo enqueue and host
     waits. Returns the edge counts by kind."""
-    counts = _barrier_edges(nb, nodes, colls, bar_ids)
+    counts = _barrier_edges(nb, arr, nodes, colls, bar_ids)
     counts.update(_gloo_edges(nb, arr, nodes, colls, rows, tracks, bar_ids, chains))
     return counts
 
 
-def _barrier_edges(nb: Builder, nodes: NodeMap, colls, bar_ids: dict) -> dict:
-    """participant arrival -> barrier; barrier end -> each participant's exit (unless it finished early)."""
+def _barrier_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, bar_ids: dict) -> dict:
+    """participant arrival -> barrier; barrier end -> each participant's exit. A participant that finished
+    before the shared transfer ended (a send whose bytes were in the socket buffer before the recv had them, a
+    tree that let a rank go) but after it began is released from the barrier's start: it finished part way
+    through the transfer, not on its own clock."""
     first, exit_of = nodes.first, nodes.exit_of
-    a_src, a_dst, r_src, r_dst = [], [], [], []
-    for c, rks, evs, early in zip(colls.coll_id, colls.present_ranks, colls.events, colls.early):
+    a_src, a_dst, r_src, r_dst, e_src, e_dst = [], [], [], [], [], []
+    for c, rks, evs, early, start in zip(colls.coll_id, colls.present_ranks, colls.events, colls.early,
+                                         colls.barrier_start_ns):
         bar = bar_ids[int(c)]
         for r, e, er in zip(rks, evs, early):
             f = first.get((int(r), int(e)))
@@ -147,19 +163,28 @@ def _barrier_edges(nb: Builder, nodes: NodeMap, colls, bar_ids: dict) -> dict:
             if not er:
                 r_src.append(bar)
                 r_dst.append(exit_of[f])
+            elif arr["start_ns"][exit_of[f]] >= int(start):
+                e_src.append(bar)
+                e_dst.append(exit_of[f])
     nb.link(a_src, a_dst, False, "arrive")
     nb.link(r_src, r_dst, True, "release")
-    return {"arrive": len(a_src), "release": len(r_src)}
+    nb.link(e_src, e_dst, False, "release")
+    return {"arrive": len(a_src), "release": len(r_src) + len(e_src)}
 
 
 def _gloo_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar_ids: dict, chains) -> dict:
     """gloo: the call enqueues the runloop's work; a caller that sat idle through the transfer blocked in
     wait() and woke when the collective completed: the barrier's end -> its first op after the wake."""
     first = nodes.first
-    loose = rows[rows.runloop_event_id.notna() & rows.cpu_event_id.notna()]
+    # the participant a call hands its work to: the runloop's annotation, or a send's / recv's own annotation
+    work = rows.runloop_event_id
+    if "nested_event_id" in rows:
+        work = work.fillna(rows.nested_event_id)
+    loose = rows.assign(work=work)
+    loose = loose[loose.work.notna() & loose.cpu_event_id.notna()]
     q_src, q_dst, w_src, w_dst = [], [], [], []
     for r, call, loop in zip(loose["rank"].astype(int), loose.cpu_event_id.astype(np.int64),
-                             loose.runloop_event_id.astype(np.int64)):
+                             loose.work.astype(np.int64)):
         cf, lf = first.get((r, int(call))), first.get((r, int(loop)))
         if cf is not None and lf is not None:
             q_src.append(cf)

@@ -12,7 +12,7 @@ from tracekit.store.devices import RUNTIME_CATEGORIES
 KINDS = ("origin", "cpu", "runtime", "sync", "sync_exit", "gpu", "comm", "comm_exit", "barrier")
 K = {k: i for i, k in enumerate(KINDS)}
 EDGE_KINDS = ("origin", "thread", "stream", "launch", "event_wait", "sync", "enqueue", "host_wait",
-              "arrive", "release")
+              "arrive", "release", "posted")
 E = {k: i for i, k in enumerate(EDGE_KINDS)}
 
 SYNC_CALLS = frozenset({
@@ -20,6 +20,9 @@ SYNC_CALLS = frozenset({
     "cuStreamSynchronize", "cuEventSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize",
     "hipEventSynchronize", "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol",
     "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "hipMemcpy"})
+# calls that block their thread until a collective's work is done: the thread waits in them, it does not compute
+# (functional collectives and DTensor wait with wait_tensor; Work.wait() from Python records no event at all)
+WAIT_CALLS = frozenset({"_c10d_functional::wait_tensor", "c10d_functional::wait_tensor"})
 RUNTIME_CATS = RUNTIME_CATEGORIES  # the launches of device ops, on every accelerator (tracekit/store/devices.py)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .model import RUNTIME_CATS, SYNC_CALLS, Builder, K, NodeMap
+from .model import RUNTIME_CATS, SYNC_CALLS, WAIT_CALLS, Builder, K, NodeMap
 
 
 def track_table(cpu: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
@@ -38,12 +38,16 @@ def add_roles(nodes: NodeMap, cpu: pd.DataFrame, members: dict) -> None:
         nodes.role[(r, e)] = ("comm", c)
 
 
-def add_tracks(nb: Builder, nodes: NodeMap, cpu: pd.DataFrame, gpu: pd.DataFrame, notes: list) -> list:
-    """Every track's nodes in order: [(node ids, is_gpu)], CPU threads first."""
+def add_tracks(nb: Builder, nodes: NodeMap, cpu: pd.DataFrame, gpu: pd.DataFrame, notes: list,
+               waits: dict | None = None) -> list:
+    """Every track's nodes in order: [(node ids, is_gpu)], CPU threads first. waits: {track: (starts, ends)} of
+    the times a thread sat blocked on a collective (left out of its pieces: a gap whose end the collective's
+    completion decides, not CPU time of a fixed length)."""
     chains = []
     multi = 0
+    waits = waits or {}
     for t, g in cpu.groupby("track", sort=True):
-        ids, m = _cpu_track(nb, int(t), g, nodes)
+        ids, m = _cpu_track(nb, int(t), g, nodes, waits.get(int(t)))
         chains.append((ids, False))
         multi += m
     for t, g in gpu.groupby("track", sort=True):
@@ -53,8 +57,9 @@ def add_tracks(nb: Builder, nodes: NodeMap, cpu: pd.DataFrame, gpu: pd.DataFrame
     return chains
 
 
-def _top_level(ts: np.ndarray, end: np.ndarray):
-    """Busy spans of a thread: (starts, ends) of its top-level groups of events (ts sorted)."""
+def union_spans(ts: np.ndarray, end: np.ndarray):
+    """The union of intervals [ts, end) sorted by ts, as (starts, ends): a thread's busy spans, the top-level groups of
+    its events; intervals that only touch stay apart."""
     run_end = np.maximum.accumulate(end)
     new = np.ones(len(ts), bool)
     new[1:] = ts[1:] >= run_end[:-1]
@@ -62,23 +67,33 @@ def _top_level(ts: np.ndarray, end: np.ndarray):
     return ts[heads], np.maximum.reduceat(end, heads)
 
 
-def busy_spans(cpu: pd.DataFrame) -> dict:
-    """{(rank, pid, tid): (starts, ends)} of every CPU thread's busy spans."""
+def working_spans(cpu: pd.DataFrame) -> dict:
+    """{(rank, pid, tid): (starts, ends)}: when each CPU thread was working, the union of its innermost operators
+    and runtime calls (those with nothing nested inside). Time in an enclosing operator or annotation outside
+    its children, and time in a wait call (WAIT_CALLS), is not work: a thread blocked in Work.wait() (no event),
+    in wait_tensor, or inside the region that called it (FSDP's all-gather, an autograd node whose hook waits
+    for a bucket) shows there as idle."""
     out = {}
-    for key, g in cpu.sort_values(["rank", "pid", "tid", "ts_ns"], kind="stable").groupby(["rank", "pid", "tid"], sort=False):
-        out[tuple(int(k) for k in key)] = _top_level(g.ts_ns.to_numpy(np.int64), g.end_ns.to_numpy(np.int64))
+    ops = cpu[(cpu.cat != "user_annotation") & ~cpu.name.isin(WAIT_CALLS)]
+    for key, g in ops.sort_values(["rank", "pid", "tid", "ts_ns", "end_ns"], ascending=[True, True, True, True, False],
+                                  kind="stable").groupby(["rank", "pid", "tid"], sort=False):
+        ts, end = g.ts_ns.to_numpy(np.int64), g.end_ns.to_numpy(np.int64)
+        leaf = np.ones(len(ts), bool)
+        leaf[:-1] = ts[1:] >= end[:-1]  # nothing starts inside it before it ends (events on a thread nest)
+        out[tuple(int(k) for k in key)] = union_spans(ts[leaf], end[leaf]) if leaf.any() else (ts[:0], end[:0])
     return out
 
 
-def _cpu_track(nb: Builder, track: int, g: pd.DataFrame, nodes: NodeMap):
-    """Cut a thread's busy time into pieces at every special event's start and end; a sync call or a
-    collective participant that is a single piece becomes an instant followed by its exit node."""
+def _cpu_track(nb: Builder, track: int, g: pd.DataFrame, nodes: NodeMap, waits=None):
+    """Cut a thread's busy time into pieces at every special event's start and end, leaving out the waits
+    ((starts, ends)); a sync call or a collective participant that is a single piece becomes an instant
+    followed by its exit node."""
     g = g.sort_values(["ts_ns", "end_ns", "event_id"], ascending=[True, False, True], kind="stable")
     ts, end, eid = g.ts_ns.to_numpy(np.int64), g.end_ns.to_numpy(np.int64), g.event_id.to_numpy(np.int64)
     names = g.name.to_numpy(object)
     cat = g.cat.to_numpy(object)
     special = np.isin(cat, RUNTIME_CATS) | (cat == "user_annotation") | np.char.startswith(names.astype(str), "c10d::")
-    a, z = _cut(ts, end, special)
+    a, z = _cut(ts, end, special, waits)
     owner = _owners(ts, end, np.arange(len(ts)), a, z)
     rank = int(g["rank"].iat[0])
     kind = np.where(owner >= 0, np.where(np.isin(cat[np.maximum(owner, 0)], RUNTIME_CATS), K["runtime"], K["cpu"]),
@@ -108,13 +123,18 @@ def _cpu_track(nb: Builder, track: int, g: pd.DataFrame, nodes: NodeMap):
     return ids, multi
 
 
-def _cut(ts: np.ndarray, end: np.ndarray, special: np.ndarray):
-    """(starts, ends) of a thread's pieces: its busy spans cut at every special event's start and end."""
-    gs, ge = _top_level(ts, end)
-    pts = np.unique(np.concatenate([gs, ge, ts[special], end[special]]))
+def _cut(ts: np.ndarray, end: np.ndarray, special: np.ndarray, waits=None):
+    """(starts, ends) of a thread's pieces: its busy spans cut at every special event's start and end, without
+    the waits ((starts, ends), disjoint and sorted)."""
+    gs, ge = union_spans(ts, end)
+    ws, we = waits if waits is not None else (ts[:0], ts[:0])
+    pts = np.unique(np.concatenate([gs, ge, ts[special], end[special], ws, we]))
     a, z = pts[:-1], pts[1:]
     inside = np.searchsorted(gs, a, side="right") - 1
     keep = (inside >= 0) & (z <= ge[np.maximum(inside, 0)])
+    if len(ws):
+        w = np.searchsorted(ws, a, side="right") - 1
+        keep &= ~((w >= 0) & (z <= we[np.maximum(w, 0)]))
     a, z = a[keep], z[keep]
     zero = end == ts  # zero-length events get a zero-length piece of their own (launches can be 0 ns)
     zero &= special

@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 # a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
 MIN_SHARE_PCT = 5.0
@@ -111,14 +110,15 @@ def _stages_from_process_groups(run) -> dict[int, int] | None:
 
 
 def _per_rank_step(run):
-    """Per rank: median step time and median communication time per step (exposed_comm's figures); a
-    rank without steps or collectives there: its ProfilerStep median, else its whole span as one step."""
+    """Per rank: median step time and median communication time per step (exposed_comm's per-rank figures, the
+    ones `tracekit whatif` quotes); a rank without steps or collectives there: its ProfilerStep median, else its
+    whole span as one step."""
+    from analyses.exposed_comm import exposed_comm_per_rank
+
     ec = run.analyze("exposed_comm")
-    per = {}
-    if not ec.empty:
-        per = {int(r): {"step_ns": float(np.median(x.step_ns)), "comm_ns": float(np.median(x.comm_ns)),
-                        "exposed_ns": float(np.median(x.exposed_comm_ns)), "steps": len(x)}
-               for r, x in ec.groupby("rank")}
+    per = {int(row.rank): {"step_ns": float(row.step_ns), "comm_ns": float(row.comm_ns),
+                           "exposed_ns": float(row.exposed_comm_ns), "steps": int(row.steps)}
+           for row in exposed_comm_per_rank(ec).itertuples() if row.step_ns == row.step_ns}
     st = run.sql("""SELECT r.rank, coalesce(median(s.dur_ns), any_value(r.last_end_ns - r.first_ts_ns)) AS step_ns,
                            greatest(count(s.dur_ns), 1) AS steps
                     FROM ranks r LEFT JOIN steps s ON s.rank = r.rank AND NOT s.is_last GROUP BY r.rank""")
@@ -197,9 +197,9 @@ def exposed_communication(run, ctx) -> list[Candidate]:
         assumes = (f"not predicted: none of the {len(co)} collective rows carries a byte count (collectives), so "
                    "no link model can re-time them")
     else:
-        scenario, confidence = {"network": {"model": "links", "bandwidth_scale": 2.0}}, "high"
+        scenario, confidence = {"network": {"bandwidth_scale": 2.0}}, "high"
         assumes = ("every link twice as fast, shared by the concurrent collectives as the links model fits them on "
-                   "this run (docs/whatif.md's validation); compute unchanged"
+                   "this run (docs/whatif.md's validation, every parallel layout); compute unchanged"
                    + (f"; {len(co) - sized} of {len(co)} collective rows carry no byte count and keep their "
                       "measured transfer" if sized < len(co) else ""))
     out = [Candidate(

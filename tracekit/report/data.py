@@ -42,11 +42,19 @@ def roofline_points(run):
     return df
 
 
+def exposed_per_rank(run):
+    """Per rank, exposed and overlapped communication per step: the exposed_comm analysis's per-rank medians,
+    the figure `tracekit whatif` and doctor quote (analyses/exposed_comm.py)."""
+    from analyses.exposed_comm import exposed_comm_per_rank
+
+    return exposed_comm_per_rank(run.analyze("exposed_comm"))
+
+
 # panel name -> (function of run returning the DataFrame, what it is). Order = report order.
 PANEL_DATA = {
     "step_time": (step_times, "steps view"),
     "temporal_breakdown": (lambda run: run.analyze("temporal_breakdown"), "analysis temporal_breakdown"),
-    "comm_comp_overlap": (lambda run: run.analyze("comm_comp_overlap"), "analysis comm_comp_overlap"),
+    "comm_comp_overlap": (exposed_per_rank, "analysis exposed_comm, per rank (median step)"),
     "top_kernels": (lambda run: run.analyze("kernel_breakdown", top_k=15), "analysis kernel_breakdown"),
     "collective_skew": (collective_arrivals, "analysis collectives"),
     "busbw_vs_size": (lambda run: run.analyze("collectives_matched"), "analysis collectives_matched"),

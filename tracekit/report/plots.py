@@ -76,8 +76,9 @@ def temporal_breakdown(df):
 
 
 def comm_comp_overlap(df):
-    """Communication hidden under compute vs exposed, per rank. df: comm_comp_overlap (per rank)."""
-    title = "Communication / compute overlap per rank"
+    """Communication hidden under compute vs exposed, per rank and step (median step). df: exposed_comm per rank
+    (report/data.exposed_per_rank: the figure whatif and doctor quote)."""
+    title = "Communication per step: hidden under compute vs exposed, per rank"
     if df is None or df.empty or not (df["comm_ns"].fillna(0) > 0).any():  # gpu ranks without NCCL
         return no_data_figure(title, "no communication kernels or collectives in the trace")
     go = require_plotly()
@@ -87,7 +88,7 @@ def comm_comp_overlap(df):
                 hovertemplate="%{x}: %{y:.3f} ms<extra>overlapped</extra>")
     fig.add_bar(name="exposed", x=x, y=df["exposed_comm_ns"] / NS_PER_MS,
                 hovertemplate="%{x}: %{y:.3f} ms<extra>exposed</extra>")
-    fig.update_layout(title=title, barmode="stack", yaxis_title="communication time (ms)")
+    fig.update_layout(title=title, barmode="stack", yaxis_title="communication per step (ms, median step)")
     return fig
 
 

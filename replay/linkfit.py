@@ -1,0 +1,296 @@
+"""Calibrating the shared-link model (replay/links.py) on the run's own transfers, transfer by transfer.
+
+`fit(lf, starts_ns, measured_ns)` takes the run's collectives as flows over its links, each with its measured
+start (the barrier's: the last participant's arrival) and its measured transfer, and returns:
+
+1. **Capacity and latency per link class.** The transfers that had their links to themselves (no other flow in
+   flight on a link they cross: links.overlapped) tell the link apart from the sharing: their time is
+   latency x steps + bytes / capacity, fitted as the alpha-beta calibration fits a class (replay/network.py:
+   robust inliers, then least squares weighted by 1 / time). When their sizes cannot tell latency from
+   bandwidth (one size, one op), the class takes the latency the other classes' lone transfers give, else none:
+   every ns of a lone transfer is then bandwidth, which is what the run shows (a transfer that one link rate
+   times at 20.0 ms, twice the rate at 10.1 ms). A class whose every transfer shared a link (DDP's buckets on
+   gloo's two worker threads) is fitted on the links' busy periods instead (`busy_period_fit`).
+2. **A factor and a tail per transfer.** Each flow's bytes and latency are multiplied by a factor such that
+   the flows, replayed from their measured starts and sharing their links under the fitted parameters, each
+   take their measured time (rounds of the forward model: a flow that took 10% longer than the model gets 10%
+   more to move, and the flows it shared a link with are re-timed with it). What the link model does not say
+   of a kind of transfer (gloo's algorithm, protocol overhead, how TCP split a shared link) moves with the link
+   as the modelled part does; but no lone transfer keeps more than the median factor of the lone ones of its
+   link class and op, and what one took beyond that (a worker thread descheduled, a retransmission) is its
+   tail, ns after its bytes have moved, which a faster link does not shrink. With no change every flow takes its
+   measured time, as the alpha-beta model's ratio
+   mode gives each collective its measured transfer back, and the links share as they did.
+
+Capacities are bytes per ns (1 GB/s = 1 byte/ns), latencies ns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .engine import Engine
+from .links import INTER, INTRA, LinkFlows, LinkParams, busy_periods, overlapped, period_ends
+from .network import DEFAULT_LINKS, _inliers, _separable, _weighted_fit
+
+FACTOR_ROUNDS = 30          # forward-model rounds for the per-transfer factors (most runs settle in 3-6)
+FACTOR_TOLERANCE = 1e-7     # relative: a flow within this of its measured time has its factor
+MIN_LONE = 3                # lone transfers a class needs for the regression (else the busy periods)
+
+
+@dataclass(frozen=True)
+class Fit:
+    params: LinkParams
+    rel_rms: dict[str, float]   # per link class: root-mean-square relative residual of the fitted model
+    flows: dict[str, int]       # per link class: transfers fitted
+    source: dict[str, str] = field(default_factory=dict)  # per link class: how it was fitted
+    factor: np.ndarray | None = None   # per flow of the fitted LinkFlows: its bytes x this
+    tail_ns: np.ndarray | None = None  # per flow: ns after its bytes have moved
+    latency_share: np.ndarray | None = None  # per flow: its latency x this (< 1: a transfer shorter than it)
+    notes: list = field(default_factory=list)
+
+
+def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams, factor: np.ndarray | None = None,
+              latency_share: np.ndarray | None = None) -> np.ndarray:
+    """Each flow's time (ns) when the flows start at starts_ns (their measured barrier starts) and share
+    the links under prm, with nothing else in the replay: the calibration's forward model."""
+    n = len(lf)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    starts_ns = np.asarray(starts_ns, np.int64)
+    t0 = int(starts_ns.min())
+    e = Engine(n + 1, np.zeros(n, np.int64), np.arange(1, n + 1), np.zeros(n, bool), starts_ns - t0, source=0,
+               t0_ns=t0)
+    s = e.run(np.zeros(n + 1, np.int64), flows=lf.flows(np.arange(1, n + 1), prm, factor, latency_share))
+    return s.end_ns[1:] - s.start_ns[1:]
+
+
+def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.ndarray | None = None) -> Fit:
+    """Capacity and latency per link class, and each transfer's factor and tail (the module docstring). ops: each
+    flow's op (the factors' groups are link class and op)."""
+    starts = np.asarray(starts_ns, np.int64)
+    measured = np.asarray(measured_ns, np.int64)
+    timed = measured > 0
+    present = [c for c in (INTER, INTRA) if ((lf.link_class == c) & timed).any()]
+    alone = ~overlapped(lf, starts, starts + measured) & timed
+    cap = {INTRA: 1.0, INTER: 1.0}
+    lat = {INTRA: 0.0, INTER: 0.0}
+    source, notes = {}, []
+    lone_fit, pending = {}, []
+    for c in present:
+        sel = (lf.link_class == c) & alone
+        if sel.sum() >= MIN_LONE:
+            got = _lone_fit(lf.lat_steps[sel], lf.bytes[sel], measured[sel].astype(np.float64))
+            if got is not None:
+                lone_fit[c] = got
+                continue
+        pending.append(c)
+    separable = [c for c, (_, _, sep, _) in lone_fit.items() if sep]
+    for c, (latency, capacity, sep, n) in lone_fit.items():
+        if not sep:
+            pooled = [lone_fit[o][0] for o in separable]
+            latency = float(np.mean(pooled)) if pooled else 0.0
+            capacity = _capacity_given(lf, (lf.link_class == c) & alone, measured, latency)
+            notes.append(f"links model: {c}'s {n} lone transfer(s) are of one size: latency "
+                         + (f"{latency / 1e3:.3g} us from the other class" if pooled else
+                            "0, every ns of a transfer counted as bandwidth"))
+        cap[c], lat[c] = capacity, latency
+        source[c] = f"{n} lone transfer(s)"
+    if pending:
+        prm = busy_period_fit(lf, starts, measured, classes=pending, start=LinkParams(dict(cap), dict(lat)))
+        for c in pending:
+            cap[c], lat[c] = prm.capacity[c], prm.latency_ns[c]
+            source[c] = f"busy periods of {int(((lf.link_class == c) & timed).sum())} shared transfer(s)"
+    for c in (INTER, INTRA):
+        if c not in present:  # no transfer of the run crossed it: the alpha-beta model's default (a what-if may use it)
+            cap[c], lat[c] = DEFAULT_LINKS[c].bandwidth_gbps, DEFAULT_LINKS[c].alpha_ns
+            source[c] = "default"
+    params = LinkParams(dict(cap), dict(lat))
+    model = transfers(lf, starts, params).astype(np.float64)
+    rel = (model - measured) / np.maximum(measured, 1)
+    rms = {c: float(np.sqrt(np.mean(rel[(lf.link_class == c) & timed] ** 2))) for c in present}
+    kinds = lf.link_class.astype(str) + "/" + (np.asarray(ops, dtype=object).astype(str) if ops is not None else "")
+    factor, tail, share = _factors(lf, starts, measured, params, np.unique(kinds, return_inverse=True)[1], alone)
+    return Fit(params=params, rel_rms=rms, flows={c: int(((lf.link_class == c) & timed).sum()) for c in present},
+               source=source, factor=factor, tail_ns=tail, latency_share=share, notes=notes)
+
+
+def _lone_fit(steps: np.ndarray, size: np.ndarray, y: np.ndarray):
+    """(latency ns, capacity bytes/ns, separable, transfers) from lone transfers: y = latency x steps + size /
+    capacity. None when nothing is left to fit (no bytes)."""
+    ok = (size > 0) & (y > 0)
+    if ok.sum() < 1:
+        return None
+    A, Bn, y = steps[ok], size[ok], y[ok]
+    sep = _separable(A, Bn)
+    if sep:
+        keep = _inliers(A, Bn, y)
+        if keep.sum() >= 2 and _separable(A[keep], Bn[keep]):
+            A, Bn, y = A[keep], Bn[keep], y[keep]
+        latency, beta = _weighted_fit(A, Bn, y)
+        if beta <= 0:
+            return None
+        return latency, 1.0 / beta, True, int(ok.sum())
+    return 0.0, float(np.median(Bn / y)), False, int(ok.sum())
+
+
+def _capacity_given(lf: LinkFlows, sel: np.ndarray, measured: np.ndarray, latency: float) -> float:
+    """The capacity that lone transfers show once the latency is taken off (median of bytes / rest)."""
+    rest = measured[sel] - latency * lf.lat_steps[sel]
+    good = rest > 0
+    if not good.any():
+        return float(np.median(lf.bytes[sel] / np.maximum(measured[sel], 1)))
+    return float(np.median(lf.bytes[sel][good] / rest[good]))
+
+
+def _factors(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, prm: LinkParams, groups: np.ndarray,
+             alone: np.ndarray):
+    """Per flow: the factor on its bytes, its tail (ns >= 0) and its latency share. The factor first: the bytes each
+    flow moved at the max-min rates the links give the flows in flight together, over its measured window after
+    its latency (the windows are the run's: replayed with those bytes from the measured starts, every flow ends
+    when it did), over its modelled bytes. Then no lone flow (alone: it had its links to itself) keeps more than the
+    median factor of the lone flows of its group (groups: link class and op): what a lone transfer took beyond the
+    typical one of its kind (a worker thread descheduled, a retransmission) is a delay of its own, kept as its tail,
+    not bandwidth a faster link would shrink. A flow that shared a link keeps its factor: how the run split the
+    link among its flows (TCP serves the first of gloo's buckets faster than max-min would) moves with the link.
+    Fewer bytes on a flow never slow another, so every flow then ends no later than measured. A transfer shorter
+    than its latency keeps the share of it that fits (latency share < 1) and moves nothing."""
+    lat = lf.lat_steps * np.array([prm.latency_ns[c] for c in lf.link_class], np.float64)
+    share = np.where(lat > measured, measured / np.maximum(lat, 1.0), 1.0)
+    share[measured <= 0] = 0.0
+    moved = _moved(lf, starts.astype(np.float64) + lat * share, (starts + measured).astype(np.float64), prm)
+    k = np.where(lf.bytes > 0, moved / np.maximum(lf.bytes, 1e-300), 0.0)
+    for gid in np.unique(groups):
+        sel = (groups == gid) & (k > 0) & alone
+        if sel.any():
+            k[sel] = np.minimum(k[sel], np.median(k[sel]))
+    # float rounding can leave a flow a few ns past its measured end: shortened by a hair, no tail is negative
+    for _ in range(8):
+        t = transfers(lf, starts, prm, k, share)
+        over = t > measured
+        if not over.any():
+            break
+        own = lat[over] * share[over]
+        k[over] *= np.maximum(measured[over] - 2 - own, 0) / np.maximum(t[over] - own, 1)
+    t = transfers(lf, starts, prm, k, share)
+    return k, np.maximum(measured - t, 0).astype(np.int64), share
+
+
+def _moved(lf: LinkFlows, begin: np.ndarray, end: np.ndarray, prm: LinkParams) -> np.ndarray:
+    """Bytes each flow moves over [begin, end) when every flow moves over its own window at the max-min fair rate
+    its links give the flows moving together (piecewise constant between the windows' edges)."""
+    from .engine import _max_min
+
+    n = len(lf)
+    out = np.zeros(n)
+    if n == 0:
+        return out
+    cap = lf.flows(np.arange(n), prm).capacity
+    edges = np.unique(np.concatenate([begin, end]))
+    order_b, order_e = np.argsort(begin, kind="stable"), np.argsort(end, kind="stable")
+    on = np.zeros(n, bool)
+    rate = np.zeros(n)
+    rem, n_on, touched = np.zeros(len(cap)), np.zeros(len(cap), np.int64), np.zeros(len(cap), np.int64)
+    frozen = np.zeros(n, np.bool_)
+    ib = ie = 0
+    for j in range(len(edges) - 1):
+        t, t1 = edges[j], edges[j + 1]
+        while ie < n and end[order_e[ie]] <= t:
+            on[order_e[ie]] = False
+            ie += 1
+        while ib < n and begin[order_b[ib]] <= t:
+            f = order_b[ib]
+            on[f] = end[f] > t
+            ib += 1
+        active = np.flatnonzero(on)
+        if not len(active):
+            continue
+        _max_min(active, len(active), lf.route_ptr, lf.route_links, cap, rate, rem, n_on, frozen, touched)
+        fin = np.isfinite(rate[active])
+        out[active[fin]] += rate[active[fin]] * (t1 - t)
+    return out
+
+
+# the busy-period fit, for classes whose transfers all shared a link (no lone one to regress on)
+def busy_period_fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, classes, start: LinkParams,
+                    rounds: int = 2) -> LinkParams:
+    """Capacity and latency of the given link classes that make the flows, replayed from their measured starts
+    and sharing the links, keep the links busy as long as the run did: each flow's busy period (its links
+    in use without a break) ends when the measured one did (least squares in error relative to the time
+    from the flow's start to that end). Busy periods, unlike each flow's own time, do not depend on how the
+    link was shared among its flows (max-min here; a TCP connection that gloo's buckets share serves the first
+    one faster): the fit takes the link's throughput, not the sharing discipline. The periods are the
+    measured ones for the predicted times too: re-partitioned, a period that ended a hair before the next
+    flow started would swallow it as soon as a candidate is slightly slower, its end jumping by that
+    flow's whole time, and the fit would run to whatever capacity keeps the hair (on a 400 Mbit/s testbed
+    run, 448 Mbit/s with 53% residual; 409 Mbit/s and 20% on the measured periods).
+
+    Overlapping transfers that end together say how long the link was busy, not how that time splits into
+    latency and bandwidth: a period's end fits a latency of nothing as well as one near the whole transfer (on a
+    4-rank run the best fit was 790 Mbit/s and 54 ms a ring step, for a 100 Mbit/s link). So the fit takes the
+    least latency whose best capacity fits the periods within 10% of the best fit's loss, or within 5% rms:
+    what the periods need, no more. Classes are fitted in turn, the others held at their current value
+    (`start` for the ones not fitted here)."""
+    meas = np.maximum(measured_ns.astype(np.float64), 1.0)
+    # a transfer measured as nothing had no shared window (a rank finished before the last arrived: see the
+    # graph's notes); it says nothing of the link, and in relative error it would outweigh every other one
+    timed = measured_ns > 0
+    cap, lat = dict(start.capacity), dict(start.latency_ns)
+    for c in classes:  # start: each class's flows as if alone (bytes / time), no latency
+        sel = (lf.link_class == c) & timed
+        cap[c] = float(np.median(lf.bytes[sel] / meas[sel])) or 1.0
+        lat[c] = 0.0
+
+    starts = starts_ns.astype(np.int64)
+    meas_periods = busy_periods(lf, starts, starts + measured_ns.astype(np.int64))
+    meas_pe = period_ends(lf, starts, starts + measured_ns.astype(np.int64), meas_periods)
+    horizon = np.maximum(meas_pe - starts, 1).astype(np.float64)
+
+    def loss(c, cp, lt):
+        prm = LinkParams({**cap, c: cp}, {**lat, c: lt})
+        pred_pe = period_ends(lf, starts, starts + transfers(lf, starts_ns, prm), meas_periods)
+        sel = (lf.link_class == c) & timed
+        return float(np.mean(((pred_pe[sel] - meas_pe[sel]) / horizon[sel]) ** 2))
+
+    def best_capacity(c, lt, around):
+        """(loss, capacity) of the best capacity for latency lt: coarse-to-fine over log capacity."""
+        lo, hi = np.log(around) - 3.0, np.log(around) + 3.0
+        best = (np.inf, around)
+        for _zoom in range(4):
+            for lc in np.linspace(lo, hi, 13):
+                v = loss(c, float(np.exp(lc)), lt)
+                if v < best[0]:
+                    best = (v, float(np.exp(lc)))
+            span = (hi - lo) / 6.0
+            lo, hi = np.log(best[1]) - span, np.log(best[1]) + span
+        return best
+
+    for _ in range(rounds):
+        for c in classes:
+            sel = (lf.link_class == c) & timed
+            lat_max = float(np.min(meas[sel] / np.maximum(lf.lat_steps[sel], 1.0)))
+            fits = [(lt,) + best_capacity(c, lt, cap[c]) for lt in lat_max * _LATENCY_SHARES]
+            floor = min(f[1] for f in fits)
+            lt, _, cp = next(f for f in fits if f[1] <= max(floor * 1.10, _GOOD_LOSS))
+            cap[c], lat[c] = cp, lt
+    return LinkParams(cap, lat)
+
+
+# a busy-period fit whose periods end within 5% rms of the measured ones is as good as the timing lets it be: the
+# least latency that reaches it (or 10% of the best fit's loss) is taken
+_GOOD_LOSS = 0.05 ** 2
+# latencies tried by the busy-period fit, as shares of the most a ring step can take (the shortest transfer / steps)
+_LATENCY_SHARES = np.array([0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 1.0])
+
+
+def from_alpha_beta(model) -> Fit:
+    """Link parameters from an alpha-beta calibration whose transfers never overlapped (nccl-tests runs one
+    collective at a time): each link class's bandwidth and latency as fitted."""
+    cap = {c: model.links[c].bandwidth_gbps for c in (INTRA, INTER)}  # 1 GB/s = 1 byte/ns
+    lat = {c: model.links[c].alpha_ns for c in (INTRA, INTER)}
+    fitted = [c for c in (INTRA, INTER) if model.link_sources.get(c) == "fit"]
+    rms = {c: float(np.average([f.rel_rms for f in model.classes.values() if f.link_class == c])) for c in fitted}
+    return Fit(params=LinkParams(cap, lat), rel_rms=rms,
+               flows={c: sum(f.n_rows for f in model.classes.values() if f.link_class == c) for c in fitted},
+               source={c: "nccl-tests" for c in fitted})

@@ -1,0 +1,250 @@
+"""The graph of each parallel layout's communication pattern, on tiny gloo traces built in code, with exact
+times: a caller blocked in wait_tensor (DTensor, functional collectives), FSDP's all-gathers (one prefetched
+behind compute) and its reduce-scatter that gloo runs as an all-reduce, a pipeline's send and recv (posted,
+then waited for), two process groups told apart by the flight recorder, and a one-rank group. Each replays
+its run exactly, and under "every link twice as fast" gives the step worked out by hand (transfers of one
+kind of link and no latency: the transfers halve, the waits follow them, the compute stays)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+import replay
+import tracekit
+from analyses import depgraph as G
+from replay.scenario import scenario_from_dict
+
+from .conftest import write_trace
+
+MAIN, LOOP1, LOOP2 = 1, 2, 3
+US = 1000  # ns
+
+
+class Rank:
+    """Events of one gloo rank, times in microseconds as Kineto writes them."""
+
+    def __init__(self, rank: int):
+        self.rank, self.ev, self.ext = rank, [], 0
+        for tid, name in ((MAIN, "python"), (LOOP1, "pt_gloo_runloop"), (LOOP2, "pt_gloo_runloop")):
+            self.ev.append({"ph": "M", "name": "thread_name", "pid": 100 + rank, "tid": tid,
+                            "args": {"name": f"thread {tid} ({name})"}})
+
+    def _x(self, cat, name, ts, end, tid, args):
+        self.ext += 1
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.rank, "tid": tid, "ts": float(ts),
+                        "dur": float(end - ts), "args": {"External id": self.ext, **args}})
+        return self
+
+    def op(self, name, ts, end, dims=None, types=None, concrete=None, tid=MAIN):
+        args = {}
+        if dims is not None:
+            args["Input Dims"] = dims
+            args["Input type"] = types or ["float"] * len(dims)
+        if concrete is not None:
+            args["Concrete Inputs"] = concrete
+        return self._x("cpu_op", name, ts, end, tid, args)
+
+    def ann(self, name, ts, end, tid, dims=None):
+        return self._x("user_annotation", name, ts, end, tid,
+                       {"Input Dims": dims, "Input type": ["float"]} if dims is not None else {})
+
+    def step(self, k, ts, end):
+        return self._x("user_annotation", f"ProfilerStep#{k}", ts, end, MAIN, {})
+
+
+def _open(tmp_path, ranks: list[Rank], pg_config=None, fr: dict | None = None):
+    d = tmp_path / "run"
+    world = len(ranks)
+    groups = pg_config or [{"pg_name": "0", "pg_desc": "default_pg", "ranks": list(range(world))}]
+    for r in ranks:
+        mine = [g for g in groups if r.rank in g["ranks"]]
+        write_trace(d / f"rank{r.rank}.trace.json", r.ev, rank=r.rank, world_size=world, pg_config=mine,
+                    extra={"host_name": f"host{r.rank}"})
+    for rank, entries in (fr or {}).items():
+        (d / f"rank{rank}.fr.json").write_text(json.dumps({"version": "2.9", "pg_config": {}, "pg_status": {},
+                                                            "entries": entries}))
+    return tracekit.open(str(d), store=str(tmp_path / "store"))
+
+
+def _steps_us(res) -> list[float]:
+    s = res.summary()
+    return [v / US for v in s.predicted_step_ns]
+
+
+def _twice(model: str):
+    return scenario_from_dict({"network": {"bandwidth_scale": 2.0, "model": model}}, "links2x")
+
+
+MODELS = ("links", "alpha_beta")
+
+
+def _exact_baseline(run):
+    res = replay.run(run)
+    s = res.summary()
+    assert (s.measured_step_ns == s.predicted_step_ns).all()
+    return res
+
+
+# ---- a caller blocked in wait_tensor (DTensor's all-reduce: functional collectives)
+
+def _tp(tmp_path):
+    ranks = []
+    for r in (0, 1):
+        k = Rank(r).step(1, 0, 500).op("aten::mm", 0, 100)
+        k.op("_c10d_functional::all_reduce", 100, 110, dims=[[256, 256], [], []], types=["float", "", ""])
+        k.op("c10d::allreduce_", 102, 108, dims=[[[256, 256]], [], [], [], [], []],
+             types=["TensorList", "", "", "", "Scalar", "Scalar"])
+        k.ann("gloo:all_reduce", 105, 405, LOOP1, dims=[[256, 256]])
+        k.op("_c10d_functional::wait_tensor", 120, 410, dims=[[256, 256]])
+        k.op("aten::add", 410, 500)
+        ranks.append(k)
+    return _open(tmp_path, ranks)
+
+
+def test_a_caller_blocked_in_wait_tensor_waits_on_the_transfer_not_on_cpu(tmp_path):
+    run = _tp(tmp_path)
+    g = _exact_baseline(run).graph
+    assert len(g.colls) == 1 and g.colls.op[0] == "all_reduce" and int(g.colls.bytes[0]) == 256 * 256 * 4
+    # the wait is no piece of CPU work: the op after it hangs off the collective's end
+    hw = g.edge_kind == G.E["host_wait"]
+    assert sorted(g.name[g.dst[hw]]) == ["aten::add", "aten::add"]
+    assert not any(n == "_c10d_functional::wait_tensor" for n in g.name[g.kind == G.K["cpu"]])
+    for model in MODELS:
+        # transfer 300 -> 150 us from the last arrival at 105; the caller wakes 5 us after; aten::add takes 90
+        assert _steps_us(replay.run(run, _twice(model))) == [350.0, 350.0], model
+
+
+# ---- FSDP: an all-gather waited for in its region, one prefetched behind compute, a reduce-scatter
+
+def _fsdp(tmp_path):
+    ranks = []
+    for r in (0, 1):
+        k = Rank(r).step(1, 0, 1400)
+        k.ann("FSDP::all_gather", 0, 320, MAIN)
+        k.op("c10d::_allgather_base_", 10, 20, dims=[[131072], [65536], [], [], []], types=["float", "float", "", "", ""])
+        k.ann("gloo:all_gather", 15, 315, LOOP1, dims=[[65536]])
+        k.op("aten::mm", 320, 420)
+        k.op("c10d::_allgather_base_", 420, 430, dims=[[131072], [65536], [], [], []],
+             types=["float", "float", "", "", ""])  # the next block's, prefetched
+        k.ann("gloo:all_gather", 425, 725, LOOP1, dims=[[65536]])
+        k.op("aten::mm", 430, 690)  # compute while it moves, then waits for the rest
+        k.op("c10d::_reduce_scatter_base_", 730, 740, dims=[[65536], [131072], [], [], [], []],
+             types=["float", "float", "", "", "", ""])
+        k.ann("gloo:all_reduce", 735, 1335, LOOP2, dims=[[131072]])  # gloo reduce-scatters by an all-reduce
+        k.op("aten::add", 1340, 1400)
+        ranks.append(k)
+    return _open(tmp_path, ranks)
+
+
+def test_fsdp_all_gathers_and_the_reduce_scatter_gloo_runs_as_an_all_reduce(tmp_path):
+    run = _fsdp(tmp_path)
+    g = _exact_baseline(run).graph
+    c = g.colls.sort_values("first_arrival_ns")
+    # the reduce-scatter call pairs with the gloo:all_reduce its runloop ran (paired by the buffer, not the op),
+    # and is costed as what went over the network: an all-reduce of the whole 512 KiB input
+    assert c.op.tolist() == ["all_gather", "all_gather", "all_reduce"]
+    assert c.bytes.astype(int).tolist() == [524288] * 3
+    assert (c.measured_transfer_ns // US).tolist() == [300, 300, 600]
+    assert (g.edge_kind == G.E["host_wait"]).sum() == 6  # each rank wakes from each of the three
+    for model in MODELS:
+        # AG1 ends at 15 + 150; wake +5; mm 100 -> 270. AG2 from 275 ends at 425 while mm runs 280..540: hidden.
+        # The reduce-scatter's call at 540, its all-reduce from 545 takes 300 -> 845; wake +5; add 60 -> 910.
+        assert _steps_us(replay.run(run, _twice(model))) == [910.0, 910.0], model
+
+
+# ---- a pipeline's send and recv: posted by the call, waited for later; both directions
+
+def _p2p(tmp_path):
+    send = dict(dims=[[[64, 128]], [], [], []], types=["TensorList", "", "Scalar", "Scalar"])
+    r0 = Rank(0).step(1, 0, 1100).op("aten::mm", 0, 100)
+    r0.op("c10d::send", 100, 105, concrete=["", "", "1", "0"], **send).ann("gloo:send", 101, 150, MAIN, dims=[[64, 128]])
+    r0.op("c10d::recv_", 110, 115, concrete=["", "", "1", "0"], **send).ann("gloo:recv", 111, 1000, MAIN, dims=[[64, 128]])
+    r0.op("aten::mm", 1005, 1100)  # woke 5 us after the gradient arrived
+    r1 = Rank(1).step(1, 0, 1000)
+    r1.op("c10d::recv_", 50, 55, concrete=["", "", "0", "0"], **send).ann("gloo:recv", 51, 400, MAIN, dims=[[64, 128]])
+    r1.op("aten::mm", 405, 700)
+    r1.op("c10d::send", 700, 705, concrete=["", "", "0", "0"], **send).ann("gloo:send", 701, 720, MAIN, dims=[[64, 128]])
+    r1.op("aten::mm", 705, 1000)
+    return _open(tmp_path, [r0, r1])
+
+
+def test_a_send_and_its_recv_tie_their_two_ends_and_the_receiver_waits_on_the_message(tmp_path):
+    run = _p2p(tmp_path)
+    g = _exact_baseline(run).graph
+    c = g.colls.sort_values("first_arrival_ns")
+    assert c.op.isin(["send", "recv"]).all() and c.ranks.tolist() == [[0, 1], [1, 0]]  # [sender, receiver]
+    # the transfer runs from both ends posted (the send's annotation start) to the message's arrival
+    assert (c.measured_transfer_ns // US).tolist() == [299, 299]
+    # the participants sit on no thread: the caller ran on after posting; the receivers wake on the message
+    comm = g.kind == G.K["comm"]
+    assert (g.track[comm] == -1).all()
+    assert (g.edge_kind == G.E["host_wait"]).sum() == 2
+    for model in MODELS:
+        # 0 -> 1 from 101: 149.5 -> 250.5; rank 1 wakes at 255.5, computes 295, sends at 550.5 (posted at
+        # 551.5) and computes 295 more: 850.5. The gradient arrives at 701; rank 0 wakes at 706, computes 95: 801.
+        assert _steps_us(replay.run(run, _twice(model))) == [801.0, 850.5], model
+
+
+# ---- two process groups (a 2 x 2 mesh), which gloo's trace events do not name: the flight recorder does
+
+def test_the_flight_recorder_names_each_gloo_collectives_group(tmp_path):
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
+              {"pg_name": "1", "pg_desc": "mesh_dp", "ranks": [0, 2]}, {"pg_name": "2", "pg_desc": "mesh_dp", "ranks": [1, 3]},
+              {"pg_name": "3", "pg_desc": "mesh_tp", "ranks": [0, 1]}, {"pg_name": "4", "pg_desc": "mesh_tp", "ranks": [2, 3]}]
+    base = 1_700_000_000_000_000  # us: the flight recorder's clock is the trace's
+    ranks, fr = [], {}
+    for r in range(4):
+        k = Rank(r).step(1, base, base + 1000)
+        tp, dp = ("3" if r < 2 else "4"), ("1" if r % 2 == 0 else "2")
+        entries = []
+        for i, (t, pg, n) in enumerate(((100, tp, 4096), (300, dp, 8192), (500, tp, 4096))):
+            k.op("c10d::allreduce_", base + t, base + t + 10, dims=[[[n]], [], [], [], [], []],
+                 types=["TensorList", "", "", "", "Scalar", "Scalar"])
+            k.ann("gloo:all_reduce", base + t + 5, base + t + 150, LOOP1 if pg == tp else LOOP2, dims=[[n]])
+            entries.append({"record_id": i, "pg_id": int(pg), "process_group": [pg, "mesh_tp" if pg == tp else "mesh_dp"],
+                            "collective_seq_id": 1 + (i // 2 if pg == tp else 0), "p2p_seq_id": 0, "op_id": i + 1,
+                            "profiling_name": "gloo:all_reduce", "input_sizes": [[n]], "input_dtypes": ["Float"],
+                            "output_sizes": [[n]], "output_dtypes": ["Float"], "is_p2p": False,
+                            "time_created_ns": (base + t + 3) * US, "state": "scheduled", "retired": True,
+                            "timeout_ms": 600000})
+        k.op("aten::add", base + 700, base + 1000)
+        ranks.append(k)
+        fr[r] = entries
+    run = _open(tmp_path, ranks, groups, fr)
+    g = _exact_baseline(run).graph
+    got = sorted((tuple(sorted(x)), pg) for x, pg in zip(g.colls.present_ranks, g.colls.pg_name))
+    assert got == [((0, 1), "3"), ((0, 1), "3"), ((0, 2), "1"), ((1, 3), "2"), ((2, 3), "4"), ((2, 3), "4")]
+    assert not any("outside the replayed ranks" in n for n in g.notes)
+
+
+# ---- a one-rank group: nothing crosses a link, its time stays
+
+def test_a_one_rank_groups_collective_keeps_its_time_under_faster_links(tmp_path):
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0]}]
+    k = Rank(0).step(1, 0, 400).op("aten::mm", 0, 100)
+    k.op("c10d::allreduce_", 100, 110, dims=[[[1024]], [], [], [], [], []], types=["TensorList", "", "", "", "Scalar", "Scalar"])
+    k.ann("gloo:all_reduce", 105, 305, LOOP1, dims=[[1024]])
+    k.op("aten::add", 310, 400)
+    run = _open(tmp_path, [k], groups)
+    _exact_baseline(run)
+    for model in MODELS:
+        assert _steps_us(replay.run(run, _twice(model))) == [400.0], model
+
+
+def test_an_unchanged_scenario_is_the_run_with_either_model(tmp_path):
+    for make in (_tp, _fsdp, _p2p):
+        run = make(tmp_path / make.__name__)
+        base = replay.run(run)
+        for model in MODELS:
+            res = replay.run(run, scenario_from_dict({"network": {"model": model}}, "same"))
+            assert np.array_equal(res.start_ns, base.start_ns) and np.array_equal(res.end_ns, base.end_ns), model
+
+
+def test_a_faster_link_never_slows_a_step(tmp_path):
+    for make in (_tp, _fsdp, _p2p):
+        run = make(tmp_path / make.__name__)
+        for model in MODELS:
+            steps = [max(_steps_us(replay.run(run, scenario_from_dict(
+                {"network": {"bandwidth_scale": k, "model": model}}, "k")))) for k in (0.25, 0.5, 1.0, 2.0, 3.0, 8.0)]
+            assert steps == sorted(steps, reverse=True), (make.__name__, model, steps)
