@@ -31,3 +31,8 @@ def write_md_block(path: str, marker: str, table: str) -> None:
         text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def pct(v) -> str:
+    """A signed percentage for a table cell ('n/a' for None)."""
+    return "n/a" if v is None else f"{v:+.1f}%"

@@ -26,6 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _common import pct  # noqa: E402
+
 MODELS = ("alpha_beta", "links")
 _RATE = re.compile(r"^(?P<job>[a-z0-9]+)_(?P<hosts>\d+)hosts_(?P<rate>\d+)mbit$")
 
@@ -140,9 +142,6 @@ def validate(runs: dict[str, Path], tmp: str) -> list[dict]:
 
 
 def markdown(rows) -> str:
-    def pct(v):
-        return "n/a" if v is None else f"{v:+.1f}%"
-
     out = ["| case | from run | measured run | measured step (ms) | alpha-beta | links |",
            "| --- | --- | --- | ---: | ---: | ---: |"]
     for r in rows:

@@ -271,7 +271,8 @@ def _same_store(trace_dir: Path, tmp_path: Path, monkeypatch) -> None:
         assert fast[table] == general[table], f"{trace_dir.name}: table {table} differs"
 
 
-@pytest.mark.parametrize("sample", sorted(p.name for p in (REPO / "sample_traces").iterdir() if p.is_dir()))
+@pytest.mark.parametrize("sample", sorted(str(p.parent.relative_to(REPO / "sample_traces"))
+                                          for p in (REPO / "sample_traces").glob("**/run.json")))
 def test_bundled_samples_give_the_same_store(sample, tmp_path, monkeypatch):
     _same_store(REPO / "sample_traces" / sample, tmp_path, monkeypatch)
 

@@ -12,7 +12,8 @@ from .conftest import REPO, shared_trace_dir
 
 pytestmark = pytest.mark.slow  # replays every bundled and shared trace
 
-SAMPLES = sorted(p.name for p in (REPO / "sample_traces").iterdir() if p.is_dir())
+# every bundled sample: the DDP demo's sets and the parallel layouts' (sample_traces/layouts/<name>)
+SAMPLES = sorted(str(p.parent.relative_to(REPO / "sample_traces")) for p in (REPO / "sample_traces").glob("**/run.json"))
 SHARED = ["astra-sim/megatron_tp8", "hta/df_index_resolver", "hta/trace_filter", "tracelens/b200_eager",
           "hta/critical_path/alexnet", "hta/critical_path/simple_add", "hta/critical_path/cuda_event_sync",
           "hta/critical_path/cuda_event_sync_multi_stream",
