@@ -24,6 +24,8 @@ from .conftest import REPO
 pytestmark = pytest.mark.slow  # starts Dask clusters
 
 SAMPLE = REPO / "sample_traces" / "ddp4_loopback"
+# the trace files only: the README's first command ingests the sample in place, and its store must not come along
+TRACES_ONLY = shutil.ignore_patterns(".tracekit")
 
 
 def test_parse_executor_forms():
@@ -47,7 +49,7 @@ def test_bad_executor_is_one_clear_error(spec):
 
 def test_cli_bad_executor_exit_2_no_traceback(tmp_path):
     d = tmp_path / "run"
-    shutil.copytree(SAMPLE, d)
+    shutil.copytree(SAMPLE, d, ignore=TRACES_ONLY)
     r = CliRunner().invoke(cli, ["ingest", str(d), "--executor", "yarn"])
     assert r.exit_code == 2
     assert "Traceback" not in r.output and r.output.count("\n") == 1
@@ -57,7 +59,7 @@ def test_cli_bad_executor_exit_2_no_traceback(tmp_path):
 
 def test_jobs_and_executor_must_agree(tmp_path):
     d = tmp_path / "run"
-    shutil.copytree(SAMPLE, d)
+    shutil.copytree(SAMPLE, d, ignore=TRACES_ONLY)
     with pytest.raises(TracekitError, match="--jobs 2 and --executor local\\[3\\] disagree"):
         ingest(str(d), jobs=2, executor="local[3]")
     with pytest.raises(TracekitError, match="--jobs applies to the local executor"):
@@ -66,7 +68,7 @@ def test_jobs_and_executor_must_agree(tmp_path):
 
 def test_local_n_gives_the_same_store(tmp_path):
     d = tmp_path / "run"
-    shutil.copytree(SAMPLE, d)
+    shutil.copytree(SAMPLE, d, ignore=TRACES_ONLY)
     ingest(str(d), str(tmp_path / "a"), executor="local[1]", progress=False)
     ingest(str(d), str(tmp_path / "b"), executor="local[2]", progress=False)
     _assert_same_store(tmp_path / "a", tmp_path / "b")
@@ -120,7 +122,7 @@ def _dask_spec(cluster) -> str:
 
 def test_dask_store_identical_to_local(dask_cluster, tmp_path):
     d = tmp_path / "run"
-    shutil.copytree(SAMPLE, d)
+    shutil.copytree(SAMPLE, d, ignore=TRACES_ONLY)
     r = ingest(str(d), str(tmp_path / "dask-store"), executor=_dask_spec(dask_cluster), progress=False)
     assert len(r.ingested) == 8 and not r.failed  # 4 traces (on the workers) + 4 flight-recorder dumps
     ingest(str(d), str(tmp_path / "local-store"), progress=False)
@@ -136,7 +138,7 @@ def test_dask_store_identical_to_local(dask_cluster, tmp_path):
 
 def test_dask_bad_file_leaves_store_unchanged(dask_cluster, tmp_path):
     d = tmp_path / "run"
-    shutil.copytree(SAMPLE, d)
+    shutil.copytree(SAMPLE, d, ignore=TRACES_ONLY)
     store = tmp_path / "store"
     ingest(str(d), str(store), executor=_dask_spec(dask_cluster), progress=False)
     before = (store / "manifest.json").read_bytes()
@@ -158,7 +160,7 @@ def test_dask_bad_file_leaves_store_unchanged(dask_cluster, tmp_path):
 def test_dask_unreachable_scheduler_is_one_clear_error(tmp_path):
     pytest.importorskip("distributed", reason="distributed not installed")
     d = tmp_path / "run"
-    shutil.copytree(SAMPLE, d)
+    shutil.copytree(SAMPLE, d, ignore=TRACES_ONLY)
     r = CliRunner().invoke(cli, ["ingest", str(d), "--executor", f"dask://127.0.0.1:{_free_port()}"])
     assert r.exit_code == 2 and "Traceback" not in r.output
     assert "--executor dask://127.0.0.1:" in r.output and "cannot reach the Dask scheduler" in r.output
