@@ -26,6 +26,12 @@ CREATE OR REPLACE TEMP MACRO _comm_op_of(k) AS (
 );
 CREATE OR REPLACE TEMP MACRO _comm_op(n) AS (_comm_op_of(replace(lower(n), '_', '')));
 
+-- _comm_moved_nelems(op, in_nelems, out_nelems): the elements an op moves in total, nccl-tests convention
+-- (all_gather: its output; reduce_scatter: its input; otherwise the input).
+CREATE OR REPLACE TEMP MACRO _comm_moved_nelems(op, i, o) AS (
+  CASE WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all') THEN greatest(i, coalesce(o, i)) ELSE i END
+);
+
 -- _comm_dtype_bytes(dtype): element size of a dtype as PyTorch, NCCL args or NCCL kernel names spell it.
 -- 1-byte and 8-byte spellings are tested before the 4-byte ones they contain ('int8', 'int64' hold 'int').
 CREATE OR REPLACE TEMP MACRO _comm_dtype_bytes(d) AS (
@@ -319,16 +325,12 @@ typed AS (
 SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ranks_text, group_size),
        t.group_name AS pg_name, t.group_desc AS pg_desc, t.group_ranks AS pg_ranks,
        coalesce(t.group_size, len(t.group_ranks)) AS group_size,
-       -- nccl-tests convention: the buffer the op moves in total (all_gather: output; reduce_scatter: input)
-       CASE WHEN t.op IN ('all_gather', 'reduce_scatter', 'all_to_all')
-            THEN greatest(t.in_nelems, coalesce(t.out_nelems, t.in_nelems))
-            ELSE t.in_nelems END * t.elem_bytes AS bytes,
+       _comm_moved_nelems(t.op, t.in_nelems, t.out_nelems) * t.elem_bytes AS bytes,
        -- the collective the backend ran on the wire and its bytes (same convention); the call's where nothing
        -- says otherwise. gloo's all_gather annotation holds a rank's input, the output is group_size of them.
        coalesce(t.run_op, t.op) AS wire_op,
-       CASE WHEN t.run_op IS NULL OR t.run_nelems IS NULL OR t.run_op = t.op THEN
-              CASE WHEN t.op IN ('all_gather', 'reduce_scatter', 'all_to_all')
-                   THEN greatest(t.in_nelems, coalesce(t.out_nelems, t.in_nelems)) ELSE t.in_nelems END
+       CASE WHEN t.run_op IS NULL OR t.run_nelems IS NULL OR t.run_op = t.op
+              THEN _comm_moved_nelems(t.op, t.in_nelems, t.out_nelems)
             WHEN t.run_op = 'all_gather' THEN t.run_nelems * coalesce(t.group_size, len(t.group_ranks))
             ELSE t.run_nelems END * t.elem_bytes AS wire_bytes,
        row_number() OVER (PARTITION BY t.rank, coalesce(t.group_name, '') ORDER BY coalesce(t.cpu_start_ns, t.kernel_start_ns),

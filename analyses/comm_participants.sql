@@ -26,9 +26,9 @@
 -- @column p2p_dst           its receiving rank
 SELECT r.rank, r.match_key, r.wire_op AS op, r.wire_bytes AS bytes, r.group_size, r.pg_name, r.pg_ranks, r.timeline,
        r.cpu_event_id, r.cpu_tid, r.kernel_event_id, p.event_id AS runloop_event_id,
-       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.event_id END AS nested_event_id,
-       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.ts_ns END AS nested_start_ns,
-       CASE WHEN n.name LIKE 'gloo:%' AND n.end_ns > r.cpu_end_ns THEN n.end_ns END AS nested_end_ns,
+       -- _comm_rows_raw keeps nested_end_ns only for an annotation of the call's that outlasts it
+       CASE WHEN r.nested_end_ns IS NOT NULL THEN n.event_id END AS nested_event_id,
+       CASE WHEN r.nested_end_ns IS NOT NULL THEN n.ts_ns END AS nested_start_ns, r.nested_end_ns,
        r.op AS call_op, r.p2p_src, r.p2p_dst
 FROM _comm_trace_rows r
 LEFT JOIN _comm_loose_pairs p ON p.rank = r.rank AND p.call_event_id = r.cpu_event_id

@@ -718,12 +718,9 @@ class WhatIfComm:
         merged = dict(self.links or {})
         for c, ln in links.items():
             prev = merged.get(c)
-            if isinstance(ln, LinkOverride) and isinstance(prev, LinkOverride):
-                ln = LinkOverride(*(getattr(prev, k) if getattr(ln, k) is None else getattr(ln, k)
+            if isinstance(ln, LinkOverride) and prev is not None:  # a Link given before has no bandwidth_scale
+                ln = LinkOverride(*(getattr(prev, k, None) if getattr(ln, k) is None else getattr(ln, k)
                                     for k in ("bandwidth_gbps", "latency_us", "bandwidth_scale")))
-            elif isinstance(ln, LinkOverride) and prev is not None:
-                ln = LinkOverride(bandwidth_gbps=prev.bandwidth_gbps if ln.bandwidth_gbps is None else ln.bandwidth_gbps,
-                                  latency_us=prev.latency_us if ln.latency_us is None else ln.latency_us)
             merged[c] = ln
         return replace(self, links=merged)
 

@@ -104,13 +104,14 @@ class ReplayResult:
         return pd.DataFrame({"rank": ev["rank"].to_numpy(np.int64), "event_id": ev.event_id.to_numpy(np.int64),
                              "ts_ns": out_ts, "dur_ns": out_dur})
 
-    def write_store(self, out_dir: str) -> str:
-        """Write the re-timed run as a store in the measured runs' schema."""
+    def write_store(self, out_dir: str, *, representatives: bool = False) -> str:
+        """Write the re-timed run as a store in the measured runs' schema. A folded replay has times for its
+        representatives only: representatives=True writes theirs (their label's ranks), else it is refused."""
         from tracekit.errors import TracekitError
 
         from .writer import write_retimed_store
 
-        if self.folding is not None:
+        if self.folding is not None and not representatives:
             raise TracekitError(f"{out_dir}: {self.folding.folded_ranks} ranks were folded into others, so their "
                                 "events have no times of their own: replay with fold=False (--no-fold) to write "
                                 "the re-timed run")

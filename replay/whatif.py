@@ -49,18 +49,11 @@ def _predicted_exposed_ns(res: ReplayResult, out: str | None):
 
     import tracekit
 
-    from .writer import write_retimed_store
-
+    reps = None if res.folding is None else list(res.graph.ranks)
     if out is not None:
         return _exposed_ns(tracekit.open(res.write_store(out)))
     with tempfile.TemporaryDirectory(prefix="tracekit-whatif-") as tmp:
-        if res.folding is None:
-            return _exposed_ns(tracekit.open(res.write_store(os.path.join(tmp, "replayed"))))
-        reps = list(res.graph.ranks)
-        path = write_retimed_store(res.run.store.path, os.path.join(tmp, "replayed"), res.event_times(reps),
-                                   label={"kind": "replay", "ranks": reps,
-                                          "scenario": res.scenario.name if res.scenario else "baseline"})
-        return _exposed_ns(tracekit.open(path), reps)
+        return _exposed_ns(tracekit.open(res.write_store(os.path.join(tmp, "replayed"), representatives=True)), reps)
 
 
 def _job_step(summary: pd.DataFrame, col: str) -> int:

@@ -214,7 +214,8 @@ def test_a_gloo_callers_wake_up_goes_to_the_collective_that_caused_it():
     # DDP's finalize on one rank: buckets X (runloop work 0-100 ms) and Y (10-200 ms) were both in flight; the
     # caller waited for X (idle 5-100.01), copied X's gradients (to 110), then waited for Y (idle 110-200.02)
     rows = pd.DataFrame({"match_key": ["x", "y"], "rank": [0, 0], "timeline": ["cpu", "cpu"],
-                         "call_pid": [1, 1], "call_tid": [1, 1], "end_ns": [100 * ms, 200 * ms]})
+                         "call_pid": [1, 1], "call_tid": [1, 1], "end_ns": [100 * ms, 200 * ms],
+                         "nested_end_ns": pd.array([None, None], dtype="Int64")})
     busy_starts = np.array([0, 100 * ms + 10_000, 200 * ms + 20_000])
     busy_ends = np.array([5 * ms, 110 * ms, 210 * ms])
     last_arrival = pd.Series({"x": 0, "y": 10 * ms})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .tracks import union_spans
+from .tracks import track_keys, union_spans
 
 # ranks: the group's ranks; for a send and its recv [sender, receiver] (group_size 2)
 COLUMNS = ["coll_id", "match_key", "op", "bytes", "group_size", "ranks", "n_hosts", "pg_name", "timeline",
@@ -30,7 +30,7 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
         return pd.DataFrame(columns=COLUMNS), {}, pd.DataFrame(columns=LANELESS_COLUMNS)
     rows = rows.sort_values(["match_key", "rank"], kind="stable").reset_index(drop=True)
     # a send's end says the message left (into the socket's buffer, for a small one): the recv's says it arrived
-    sent = rows.op.isin(P2P_OPS) & (rows.call_op == "send") if "call_op" in rows else rows.op.isin(())
+    sent = rows.op.isin(P2P_OPS) & (rows.call_op == "send")
     rows["transfer_end_ns"] = rows.end_ns.where(~sent)
     grp = rows.groupby("match_key", sort=False)
     agg = grp.agg(first_arrival_ns=("ts_ns", "min"), last_arrival_ns=("ts_ns", "max"),
@@ -40,7 +40,7 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
                   present_ranks=("rank", list), events=("event_id", list), arrivals=("ts_ns", list))
     agg["pg_ranks"] = grp.pg_ranks.first()
     for c in ("p2p_src", "p2p_dst"):
-        agg[c] = grp[c].first() if c in rows else pd.NA
+        agg[c] = grp[c].first()
     inconsistent = _transfer(agg, rows, spans)
     missing = _groups(agg, dict(zip(hosts["rank"].astype(int), hosts.hostname)))
     df = agg.reset_index()
@@ -73,23 +73,22 @@ def _participants(rows: pd.DataFrame, cpu: pd.DataFrame, gpu: pd.DataFrame):
     empty = pd.DataFrame(columns=LANELESS_COLUMNS + ["match_key"])
     if rows.empty:
         return rows, empty
-    nested = rows.nested_event_id.notna() if "nested_event_id" in rows else pd.Series(False, index=rows.index)
+    nested = rows.nested_event_id.notna()
     ev = rows.runloop_event_id.where(rows.timeline == "cpu")
     ev = ev.fillna(rows.kernel_event_id.where(rows.timeline == "gpu")).fillna(rows.cpu_event_id)
-    ev = ev.where(~nested, rows.get("nested_event_id"))
-    rows = rows.assign(event_id=ev).dropna(subset=["event_id"])
+    rows = rows.assign(event_id=ev.where(~nested, rows.nested_event_id)).dropna(subset=["event_id"])
     rows["event_id"] = rows.event_id.astype(np.int64)
     times = pd.concat([cpu[["rank", "event_id", "ts_ns", "end_ns"]], gpu[["rank", "event_id", "ts_ns", "end_ns"]]])
-    on_tracks = rows[~nested.loc[rows.index]].merge(times, on=["rank", "event_id"], how="inner")
-    laneless = rows[nested.loc[rows.index]].assign(ts_ns=lambda x: x.nested_start_ns.astype(np.int64),
-                                                   end_ns=lambda x: x.nested_end_ns.astype(np.int64))
-    rows = pd.concat([on_tracks, laneless], ignore_index=True)
+    nested = rows.nested_event_id.notna()
+    on_tracks = rows[~nested].merge(times, on=["rank", "event_id"], how="inner")
+    timed = rows[nested].assign(ts_ns=lambda x: x.nested_start_ns.astype(np.int64),
+                                end_ns=lambda x: x.nested_end_ns.astype(np.int64))
+    rows = pd.concat([on_tracks, timed], ignore_index=True)
     rows = rows.sort_values(["match_key", "rank", "ts_ns"], kind="stable").drop_duplicates(["match_key", "rank"])
-    calls = cpu[["rank", "event_id", "pid", "tid", "name"]].rename(
-        columns={"event_id": "cpu_event_id", "pid": "call_pid", "tid": "call_tid", "name": "call_name"})
+    calls = cpu[["rank", "event_id", "pid", "tid"]].rename(
+        columns={"event_id": "cpu_event_id", "pid": "call_pid", "tid": "call_tid"})
     rows = rows.merge(calls, on=["rank", "cpu_event_id"], how="left")
-    keep = rows.nested_event_id.notna() if "nested_event_id" in rows else pd.Series(False, index=rows.index)
-    lanes = rows[keep]
+    lanes = rows[rows.nested_event_id.notna()]
     laneless = pd.DataFrame({"rank": lanes["rank"].astype(np.int64), "event_id": lanes.event_id.astype(np.int64),
                              "call_event_id": lanes.cpu_event_id.astype(np.int64),
                              "name": "gloo:" + lanes.call_op.astype(str), "ts_ns": lanes.ts_ns.astype(np.int64),
@@ -159,8 +158,7 @@ def _groups(agg: pd.DataFrame, host_of: dict) -> int:
 def waits_by_track(colls: pd.DataFrame, tracks: pd.DataFrame) -> dict:
     """{track: (starts, ends)} of the waits of gloo callers (an idle gap that the collective's completion ended),
     sorted and disjoint: the graph leaves them out of the thread's pieces."""
-    tkey = {(int(r), int(p), int(t)): int(k)
-            for r, p, t, k in zip(tracks["rank"], tracks.pid, tracks.tid, tracks.track)}
+    tkey = track_keys(tracks)
     spans: dict = {}
     for wakes, began, callers in zip(colls.wakes, colls.wait_from, colls.callers):
         for w, b, (r, pid, tid) in zip(wakes, began, callers):
@@ -242,7 +240,5 @@ def _completion(rows: pd.DataFrame) -> np.ndarray:
     call returns before the message has gone or come (the caller then blocks in work.wait(), which records
     no event), the end of the gloo annotation that opened inside the call (nested_end_ns)."""
     ends = rows.end_ns.to_numpy(np.int64)
-    if "nested_end_ns" not in rows:
-        return ends
     nested = rows.nested_end_ns.to_numpy("float64", na_value=np.nan)
     return np.where(np.isnan(nested), ends, np.maximum(ends, np.nan_to_num(nested).astype(np.int64)))

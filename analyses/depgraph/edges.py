@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .model import RUNTIME_CATS, SYNC_CALLS, Builder, K, NodeMap
+from .tracks import track_keys
 
 
 def gpu_edges(nb: Builder, arr: dict, nodes: NodeMap, cpu, gpu, cuda_sync) -> dict:
@@ -177,10 +178,7 @@ def _gloo_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar
     wait() and woke when the collective completed: the barrier's end -> its first op after the wake."""
     first = nodes.first
     # the participant a call hands its work to: the runloop's annotation, or a send's / recv's own annotation
-    work = rows.runloop_event_id
-    if "nested_event_id" in rows:
-        work = work.fillna(rows.nested_event_id)
-    loose = rows.assign(work=work)
+    loose = rows.assign(work=rows.runloop_event_id.fillna(rows.nested_event_id))
     loose = loose[loose.work.notna() & loose.cpu_event_id.notna()]
     q_src, q_dst, w_src, w_dst = [], [], [], []
     for r, call, loop in zip(loose["rank"].astype(int), loose.cpu_event_id.astype(np.int64),
@@ -194,7 +192,7 @@ def _gloo_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar
     for ids, is_gpu in chains:
         if not is_gpu and len(ids):
             chain_of[int(track[ids[0]])] = ids
-    tkey = {(int(r), int(p), int(t)): int(k) for r, p, t, k in zip(tracks["rank"], tracks.pid, tracks.tid, tracks.track)}
+    tkey = track_keys(tracks)
     for c, wakes, callers in zip(colls.coll_id, colls.wakes, colls.callers):
         for w, (r, pid, tid) in zip(wakes, callers):
             if w < 0 or pd.isna(pid):

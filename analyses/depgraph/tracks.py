@@ -29,6 +29,11 @@ def track_table(cpu: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
     return tracks
 
 
+def track_keys(tracks: pd.DataFrame) -> dict:
+    """{(rank, pid, tid): track}, for looking up one thread at a time."""
+    return {(int(r), int(p), int(t)): int(k) for r, p, t, k in zip(tracks["rank"], tracks.pid, tracks.tid, tracks.track)}
+
+
 def add_roles(nodes: NodeMap, cpu: pd.DataFrame, members: dict) -> None:
     """Sync calls and collective participants ({(rank, event_id): coll_id}) become (entry, exit) pairs."""
     for r, e, n in zip(cpu["rank"].to_numpy(), cpu.event_id.to_numpy(), cpu.name.to_numpy()):
