@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import Engine
-from .links import INTER, INTRA, LinkFlows, LinkParams, busy_periods, overlapped, period_ends
+from .engine import Engine, _max_min
+from .links import INTER, INTRA, OPTICAL, LinkFlows, LinkParams, busy_periods, overlapped, period_ends
 from .network import DEFAULT_LINKS, _inliers, _separable, _weighted_fit
 
 FACTOR_ROUNDS = 30          # forward-model rounds for the per-transfer factors (most runs settle in 3-6)
@@ -180,8 +180,6 @@ def _factors(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, prm: LinkP
 def _moved(lf: LinkFlows, begin: np.ndarray, end: np.ndarray, prm: LinkParams) -> np.ndarray:
     """Bytes each flow moves over [begin, end) when every flow moves over its own window at the max-min fair rate
     its links give the flows moving together (piecewise constant between the windows' edges)."""
-    from .engine import _max_min
-
     n = len(lf)
     out = np.zeros(n)
     if n == 0:
@@ -294,3 +292,32 @@ def from_alpha_beta(model) -> Fit:
     return Fit(params=LinkParams(cap, lat), rel_rms=rms,
                flows={c: sum(f.n_rows for f in model.classes.values() if f.link_class == c) for c in fitted},
                source={c: "nccl-tests" for c in fitted})
+
+
+def carry(measured: LinkFlows, fitted: Fit, lf: LinkFlows, resized: np.ndarray):
+    """Per flow of the scenario's LinkFlows: the factor, tail and latency share its collective's measured flow was
+    fitted with, when the collective crosses the same class of link as in the run; a collective the scenario
+    resized (resized: per collective row; a data-parallel change) has no measured residual of its own: the model
+    alone (factor 1, no tail); one a [topology] moved onto another class takes the median factor of the run's flows
+    of that class (1 where the run has none) and no tail. A collective moved onto optical circuits keeps what it had
+    on the NICs they replace: the same transfer over another port of the host."""
+    n = len(lf)
+    if fitted.factor is None:
+        return None, np.zeros(n, np.int64), None
+    by_row = {int(r): i for i, r in enumerate(measured.coll_row)}
+    cls_median = {}
+    for c in (INTER, INTRA):
+        k = fitted.factor[(measured.link_class == c) & (fitted.factor > 0)]
+        cls_median[c] = float(np.median(k)) if len(k) else 1.0
+    factor, share = np.empty(n), np.ones(n)
+    tail = np.zeros(n, np.int64)
+    for i, (row, c) in enumerate(zip(lf.coll_row, lf.link_class)):
+        c = INTER if c == OPTICAL else c
+        j = by_row.get(int(row))
+        if resized[row]:
+            factor[i] = 1.0
+        elif j is not None and measured.link_class[j] == c:
+            factor[i], tail[i], share[i] = fitted.factor[j], fitted.tail_ns[j], fitted.latency_share[j]
+        else:
+            factor[i] = cls_median[c]
+    return factor, tail, share

@@ -11,6 +11,11 @@ send/recv: n), after a latency of the table's latency term (2(p-1) alpha for a r
 that are in flight together share each link max-min fairly: two all-reduces on a host's NIC get half
 of it each, and a ring runs at the pace of its slowest link.
 
+An optical circuit switch ([optical], replay/optical.py) gives each host circuit ports of its own (`circuit`,
+class optical): a collective the circuit assignment puts on circuits crosses the hosts' circuit ports instead
+of their NICs, with the same sharing; a circuit's capacity and latency are the `optical` class's (the
+inter_node class's where a parameter set has none).
+
 A collective whose bytes are unknown, whose op the table does not model or whose group is one rank
 keeps its measured transfer and occupies no link; `LinkFlows.notes` says how many.
 
@@ -28,7 +33,8 @@ import pandas as pd
 from .network import _P2P_OPS, _flat_coefficients
 from .sharing import Flows
 
-INTRA, INTER = "intra_node", "inter_node"
+INTRA, INTER, OPTICAL = "intra_node", "inter_node", "optical"
+HOST_PORTS = (INTER, OPTICAL)  # links a host owns (its NIC, its circuit ports): per-host factors apply
 # a busy period does not end at a gap shorter than this: a measured end is when a woken caller saw its
 # collective done, which lags the link going idle by a thread's wake-up; the next flow starting 30 us after
 # it (a 400 Mbit/s testbed run) kept the link busy. The validation matrix is the same for 0.1 to 1 ms; from
@@ -60,12 +66,12 @@ class LinkParams:
 class LinkFlows:
     """The flows of a run's collectives: routes and bytes are the topology's, capacities the parameters'."""
     coll_row: np.ndarray        # row of the collectives frame each flow belongs to
-    link_class: np.ndarray      # object: INTRA / INTER per flow (the class whose latency it pays)
+    link_class: np.ndarray      # object: INTRA / INTER / OPTICAL per flow (the class whose latency it pays)
     bytes: np.ndarray           # per link of its route
     lat_steps: np.ndarray       # latency steps (the table's alpha coefficient)
     route_ptr: np.ndarray
     route_links: np.ndarray
-    link_kind: np.ndarray       # object: INTRA / INTER per link
+    link_kind: np.ndarray       # object: INTRA / INTER / OPTICAL per link
     link_host: np.ndarray       # host index per link (-1: none)
     link_names: list
     notes: list = field(default_factory=list)
@@ -78,9 +84,9 @@ class LinkFlows:
         """The engine's Flows: flow i is graph node nodes[i], timed under prm; factor (per flow): its bytes times
         that, latency_share: its latency times that (the calibration's per-transfer factor and the share of the
         latency a transfer shorter than it had, replay/linkfit.py)."""
-        cap = np.array([prm.capacity[k] * (prm.host_scale.get(int(h), 1.0) if k == INTER else 1.0)
+        cap = np.array([_of(prm.capacity, k) * (prm.host_scale.get(int(h), 1.0) if k in HOST_PORTS else 1.0)
                         for k, h in zip(self.link_kind, self.link_host)], np.float64)
-        lat = self.lat_steps * np.array([prm.latency_ns[c] for c in self.link_class], np.float64)
+        lat = self.lat_steps * np.array([_of(prm.latency_ns, c) for c in self.link_class], np.float64)
         size = self.bytes
         if factor is not None:
             size = size * factor
@@ -90,8 +96,14 @@ class LinkFlows:
                      route_links=self.route_links, capacity=cap if len(cap) else np.ones(0))
 
 
-def build(colls: pd.DataFrame, host_of: dict[int, int]) -> LinkFlows:
-    """The flows of the collectives frame's rows under the rank -> host map."""
+def _of(per_class: dict, c: str) -> float:
+    """A class's parameter; circuits without their own take the inter_node class's."""
+    return per_class[c] if c in per_class or c != OPTICAL else per_class[INTER]
+
+
+def build(colls: pd.DataFrame, host_of: dict[int, int], on_circuit: np.ndarray | None = None) -> LinkFlows:
+    """The flows of the collectives frame's rows under the rank -> host map; on_circuit (per row): the rows an
+    optical circuit switch carries where they cross hosts (their hosts' circuit ports, not their NICs)."""
     link_id: dict[tuple, int] = {}
     kinds, hosts, names = [], [], []
 
@@ -100,8 +112,9 @@ def build(colls: pd.DataFrame, host_of: dict[int, int]) -> LinkFlows:
         if k not in link_id:
             link_id[k] = len(kinds)
             kinds.append(kind)
-            hosts.append(owner if kind == INTER else host_of.get(owner, -1))
-            names.append(f"host{owner}.nic.{way}" if kind == INTER else f"rank{owner}.port.{way}")
+            hosts.append(owner if kind in HOST_PORTS else host_of.get(owner, -1))
+            names.append({INTER: f"host{owner}.nic.{way}", OPTICAL: f"host{owner}.circuit.{way}"}.get(
+                kind, f"rank{owner}.port.{way}"))
         return link_id[k]
 
     ops = np.array([str(o).lower() if o is not None else "" for o in colls["op"]], dtype=object)
@@ -123,20 +136,21 @@ def build(colls: pd.DataFrame, host_of: dict[int, int]) -> LinkFlows:
         on = {r: host_of.get(r, -1 - r) for r in ranks}  # a rank of unknown host is a host of its own
         hs = sorted(set(on.values()))
         r_links = []
+        out = OPTICAL if on_circuit is not None and on_circuit[i] else INTER  # how it leaves a host
         if ops[i] in _P2P_OPS and len(ranks) == 2:
             # a message one way: out of the sender's link, into the receiver's (ranks: [sender, receiver])
             src, dst = ranks
-            r_links = ([link(INTER, on[src], "tx"), link(INTER, on[dst], "rx")] if on[src] != on[dst]
+            r_links = ([link(out, on[src], "tx"), link(out, on[dst], "rx")] if on[src] != on[dst]
                        else [link(INTRA, src, "tx"), link(INTRA, dst, "rx")])
         else:
             if len(hs) > 1:
                 for h in hs:
-                    r_links += [link(INTER, h, "tx"), link(INTER, h, "rx")]
+                    r_links += [link(out, h, "tx"), link(out, h, "rx")]
             if len(hs) == 1 or len(hs) < len(ranks):
                 for r in ranks:
                     r_links += [link(INTRA, r, "tx"), link(INTRA, r, "rx")]
         rows.append(i)
-        cls.append(INTER if len(hs) > 1 else INTRA)
+        cls.append(out if len(hs) > 1 else INTRA)
         size.append(f[i] * nbytes[i])
         steps.append(a[i])
         route += r_links

@@ -13,7 +13,7 @@ collectives the comm step costs, the calibration the parallelism step made, note
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -114,18 +114,20 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
         _overlap_note(g, sc, st)
     if isinstance(comm, OpticalModel):
         st.info["reconfigurations"] = int(comm.reconfigurations)
-        hosts = st.colls["n_hosts"].to_numpy(dtype="float64", na_value=np.nan)
-        if not comm.reconfigurations and not (hosts > 1).any():
-            st.notes.append(f"{sc.where}: [optical] changes nothing: every collective runs inside one host as the "
-                            "run's hosts say (run.json, else the traces' host names); if the ranks ran on "
-                            "several hosts, say which with [topology] ranks_per_host or hosts")
+        _moot_optical_note(sc, st, comm.reconfigurations or (st.colls["n_hosts"].to_numpy(
+            dtype="float64", na_value=np.nan) > 1).any())
+
+
+def _moot_optical_note(sc: Scenario, st: ModelState, used: bool) -> None:
+    if not used:
+        st.notes.append(f"{sc.where}: [optical] changes nothing: every collective runs inside one host as the "
+                        "run's hosts say (run.json, else the traces' host names); if the ranks ran on "
+                        "several hosts, say which with [topology] ranks_per_host or hosts")
 
 
 def _alpha_beta_only(sc: Scenario) -> str | None:
     """What of the scenario only the alpha-beta model costs (None: nothing)."""
     net = sc.network
-    if sc.optical is not None:
-        return "[optical] circuits"
     if net.algorithm is not None:
         return f"[network] algorithm = '{net.algorithm}'"
     if net.calibrate == "none":
@@ -170,19 +172,28 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         capacity={c: o.bandwidth_gbps for c, o in over.items() if o.bandwidth_gbps is not None},
         latency_ns={c: o.latency_us * 1e3 for c, o in over.items() if o.latency_us is not None},
         host_scale=_host_scales(net.hosts, host_of, sc.where))
-    lf = links.build(st.colls, _extend(host_of, st.colls))
+    on_circuit, reconfig_ns = None, np.zeros(len(st.colls), np.int64)
+    if sc.optical is not None:
+        plan = sc.optical.model(None).plan(st.colls)
+        on_circuit, reconfig_ns = plan.on_circuit, plan.reconfig_ns
+        prm = _with_circuits(prm, fitted, sc, run, st.notes)
+        st.info["reconfigurations"] = int(plan.reconfigurations)
+    lf = links.build(st.colls, _extend(host_of, st.colls), on_circuit)
+    if sc.optical is not None:
+        _moot_optical_note(sc, st, plan.reconfigurations or (lf.link_class == links.OPTICAL).any())
     resized = st.colls.group_size.to_numpy() != g.colls.group_size.to_numpy()  # a data-parallel change
-    factor, tail, share = _carried(measured, fitted, lf, resized)
+    factor, tail, share = linkfit.carry(measured, fitted, lf, resized)
     barrier = np.flatnonzero(g.kind == _graph.K["barrier"])
     node_of = barrier[np.argsort(g.coll[barrier])]  # barrier node of each collective row
     flows = lf.flows(node_of[lf.coll_row], prm, factor, share)
-    if "dp_wait_shift_ns" in st.colls:  # the slowest of more (fewer) ranks arrives later (earlier)
-        shift = st.colls.dp_wait_shift_ns.to_numpy(np.int64)[lf.coll_row]
-        flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift, 0), flows.route_ptr,
+    # the slowest of more (fewer) ranks arrives later (earlier); a circuit switch reconfigures before it starts
+    shift = reconfig_ns + (st.colls.dp_wait_shift_ns.to_numpy(np.int64) if "dp_wait_shift_ns" in st.colls else 0)
+    if shift.any():
+        flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift[lf.coll_row], 0), flows.route_ptr,
                       flows.route_links, flows.capacity)
-    _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, fitted.params, factor, share), node_of, tail)
+    _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, _as_run(fitted, prm), factor, share), node_of, tail)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
-    st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest]
+    st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest] + reconfig_ns[rest]
     st.info["flows"] = flows
     st.info["links"] = fitted
     pooled = pools.gloo_pools(g, st.lag_ns)
@@ -206,31 +217,50 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     st.notes += [n for n in fitted.notes + lf.notes if n not in st.notes]
 
 
-def _carried(measured, fitted, lf, resized):
-    """Per flow of the scenario's LinkFlows: the factor, tail and latency share its collective's measured flow was
-    fitted with, when the collective crosses the same class of link as in the run; a collective the scenario
-    resized (resized: per collective row; a data-parallel change) has no measured residual of its own: the model
-    alone (factor 1, no tail); one a [topology] moved onto another class takes the median factor of the run's flows
-    of that class (1 where the run has none) and no tail."""
-    n = len(lf)
-    if fitted.factor is None:
-        return None, np.zeros(n, np.int64), None
-    by_row = {int(r): i for i, r in enumerate(measured.coll_row)}
-    cls_median = {}
-    for c in (links.INTER, links.INTRA):
-        k = fitted.factor[(measured.link_class == c) & (fitted.factor > 0)]
-        cls_median[c] = float(np.median(k)) if len(k) else 1.0
-    factor, share = np.empty(n), np.ones(n)
-    tail = np.zeros(n, np.int64)
-    for i, (row, c) in enumerate(zip(lf.coll_row, lf.link_class)):
-        j = by_row.get(int(row))
-        if resized[row]:
-            factor[i] = 1.0
-        elif j is not None and measured.link_class[j] == c:
-            factor[i], tail[i], share[i] = fitted.factor[j], fitted.tail_ns[j], fitted.latency_share[j]
+def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, run, notes: list) -> links.LinkParams:
+    """The parameters with the [optical] circuits' class: a circuit's nominal rate at the efficiency the run's
+    NICs reached (fitted capacity over their nominal rate), so that a circuit at the NICs' own rate is the run's
+    link; a rate left unset is the scenario's inter_node capacity. A latency given is the circuits' own."""
+    opt, fit_inter = sc.optical, fitted.params.capacity[links.INTER]
+    cap = prm.capacity[links.INTER]
+    if opt.circuit_bandwidth_gbps is not None:
+        nominal = sc.network.nic_bandwidth_gbps or _testbed_gbps(run)
+        if nominal is None or fitted.source.get(links.INTER) == "default":
+            cap = opt.circuit_bandwidth_gbps
+            notes.append(f"{sc.where}: [optical] circuits get their nominal {cap:g} GB/s: the run's NIC rate is "
+                         "unknown (give [network] nic_bandwidth_gbps, the NICs' rate as sold, to give them the "
+                         "efficiency the run's links reached)")
         else:
-            factor[i] = cls_median[c]
-    return factor, tail, share
+            cap = fit_inter * (opt.circuit_bandwidth_gbps / nominal)  # at the NICs' rate: the fitted float
+            notes.append(f"{sc.where}: [optical] circuits at {opt.circuit_bandwidth_gbps:g} GB/s carry "
+                         f"{cap:.4g} GB/s: the efficiency the run's NICs reached ({100 * fit_inter / nominal:.1f}% of "
+                         f"their {nominal:.4g} GB/s), shared as a NIC is")
+    lat = prm.latency_ns[links.INTER] if opt.circuit_latency_us is None else opt.circuit_latency_us * 1e3
+    return replace(prm, capacity={**prm.capacity, links.OPTICAL: cap}, latency_ns={**prm.latency_ns, links.OPTICAL: lat})
+
+
+def _testbed_rates(run) -> dict[int, float]:
+    """Per host, the NIC rate (Mbit/s) the run was shaped to, where run.json's testbed block says (the tc rates)."""
+    try:
+        return {int(x["host"]): float(x["rate_mbit"]) for x in run.run_manifest()["testbed"]["links"]}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return {}
+
+
+def _testbed_gbps(run) -> float | None:
+    """The testbed's NIC rate in GB/s (its slowest, which paces a ring); None: not a testbed run."""
+    rates = _testbed_rates(run)
+    return min(rates.values()) / 8e3 if rates else None
+
+
+def _as_run(fitted: linkfit.Fit, prm: links.LinkParams) -> links.LinkParams:
+    """The parameters the run's lags were measured under, for the scenario's links: the fit; a circuit port is the
+    NIC it replaces (the fitted inter_node link; where the run crossed no NIC, nothing to compare: the circuit)."""
+    if links.OPTICAL not in prm.capacity:
+        return fitted.params
+    was = (prm.capacity[links.OPTICAL] if fitted.source.get(links.INTER) == "default"
+           else fitted.params.capacity[links.INTER])
+    return replace(fitted.params, capacity={**fitted.params.capacity, links.OPTICAL: was})
 
 
 def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) -> None:
@@ -274,10 +304,7 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
 
 def _nominal_rates(run) -> str:
     """The NIC rates the run was shaped to, where run.json's testbed block says (the tc rates), for the notes."""
-    try:
-        rates = {int(x["host"]): float(x["rate_mbit"]) for x in run.run_manifest()["testbed"]["links"]}
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return ""
+    rates = _testbed_rates(run)
     if not rates:
         return ""
     if len(set(rates.values())) == 1:

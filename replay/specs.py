@@ -85,6 +85,9 @@ class NetworkSpec:
     # what only it models (another algorithm, uncalibrated default links, optical circuits)
     model: str = key("links", one_of("alpha_beta", "links"))
     hosts: tuple[HostOverride, ...] = key((), ("array", HOST_KEYS))  # per-host NICs (the links model)
+    # the run's NICs' rate as sold (GB/s; default: run.json's testbed rate): an [optical] circuit's rate is
+    # relative to it (the links model gives circuits the efficiency the run's NICs reached)
+    nic_bandwidth_gbps: float | None = key(None, positive)
 
     @property
     def changes_network(self) -> bool:

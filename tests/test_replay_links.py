@@ -90,6 +90,30 @@ def test_flows_by_hand_ring_bytes_routes_and_unknown_sizes():
     assert t[2] == 1200 and t[1] == 3900
 
 
+def test_a_collective_on_circuits_crosses_the_hosts_circuit_ports_not_their_nics():
+    import pandas as pd
+
+    colls = pd.DataFrame({"op": ["all_reduce", "all_reduce", "send"], "bytes": pd.array([1000, 1000, 800], dtype="Int64"),
+                          "group_size": [2, 2, 2], "ranks": [[0, 1], [0, 1], [0, 1]]})
+    lf = links.build(colls, {0: 0, 1: 1}, on_circuit=np.array([True, False, True]))
+    assert lf.link_class.tolist() == ["optical", "inter_node", "optical"]
+    names = [sorted(lf.link_names[i] for i in lf.route_links[lf.route_ptr[k]:lf.route_ptr[k + 1]]) for k in range(3)]
+    assert names == [["host0.circuit.rx", "host0.circuit.tx", "host1.circuit.rx", "host1.circuit.tx"],
+                     ["host0.nic.rx", "host0.nic.tx", "host1.nic.rx", "host1.nic.tx"],
+                     ["host0.circuit.tx", "host1.circuit.rx"]]  # a message out of the sender, into the receiver
+    # circuits of their own class, shared as NICs are and slowed with their host; without an optical class of
+    # their own they are the inter_node links
+    prm = links.LinkParams({"intra_node": 2.0, "inter_node": 0.5, "optical": 2.0},
+                           {"intra_node": 10.0, "inter_node": 100.0, "optical": 1.0}, host_scale={1: 0.5})
+    fl = lf.flows(np.arange(3), prm)
+    by_name = dict(zip(lf.link_names, fl.capacity))
+    assert by_name["host0.circuit.tx"] == 2.0 and by_name["host1.circuit.rx"] == 1.0 and by_name["host0.nic.tx"] == 0.5
+    assert fl.latency_ns.tolist() == [2, 200, 1]
+    plain = lf.flows(np.arange(3), links.LinkParams({"intra_node": 2.0, "inter_node": 0.5},
+                                                    {"intra_node": 10.0, "inter_node": 100.0}))
+    assert plain.capacity.tolist() == [0.5] * 8 and plain.latency_ns.tolist() == [200, 200, 100]
+
+
 def test_gloo_worker_threads_become_one_pool_per_rank(runs):
     from analyses import depgraph
     from replay.pools import gloo_pools

@@ -83,6 +83,41 @@ def test_more_optical_reconfigurations_never_make_a_step_faster(runs):
     assert prev[1] >= 7  # one per collective after the first
 
 
+def test_circuits_at_the_nics_rate_are_the_run_and_at_n_times_are_links_n_times(runs):
+    # the testbed's NICs were shaped to 100 Mbit/s (run.json): circuits at that rate are the link the run had,
+    # with the efficiency and the sharing it had; at 4x they are the NICs 4x faster
+    run = runs["ddp2_2hosts_100mbit"]
+    base = replay.run(run)
+    own = replay.run(run, scenario_from_dict({"optical": {"circuit_bandwidth_gbps": 0.0125, "reconfig_delay_ms": 0}},
+                                             "own"))
+    assert np.array_equal(own.start_ns, base.start_ns)
+    assert any("efficiency the run's NICs reached" in n for n in own.notes)
+    ocs = _job_step(replay.run(run, scenario_from_dict({"optical": {"circuit_bandwidth_gbps": 0.05,
+                                                                    "reconfig_delay_ms": 0}}, "ocs4")))
+    links4 = _job_step(replay.run(run, scenario_from_dict({"network": {"links": {"inter_node": {
+        "bandwidth_scale": 4.0}}}}, "links4")))
+    assert ocs == pytest.approx(links4, rel=1e-6) and links4 < 0.5 * _job_step(base)
+    # the NICs' rate as the user gives it: circuits at that rate are the run again
+    said = replay.run(run, scenario_from_dict({"network": {"nic_bandwidth_gbps": 0.025},
+                                               "optical": {"circuit_bandwidth_gbps": 0.025, "reconfig_delay_ms": 0}},
+                                              "said"))
+    assert np.array_equal(said.start_ns, base.start_ns)
+
+
+def test_a_reconfiguration_delays_the_transfers_after_it_by_its_delay_under_the_links_model(runs):
+    run = runs["ddp2_2hosts_100mbit"]
+    half = len(replay.run(run).graph.colls) // 2  # a collective inside the steps
+    doc = {"optical": {"reconfig_delay_ms": 0.0, "phase": [{"match": "*", "ordinals": [0, half], "name": "a"},
+                                                          {"match": "*", "ordinals": [half, 1_000_000], "name": "b"}]}}
+    no_delay = replay.run(run, scenario_from_dict(doc, "d0"))
+    doc["optical"]["reconfig_delay_ms"] = 50.0
+    delayed = replay.run(run, scenario_from_dict(doc, "d50"))
+    assert delayed.info["reconfigurations"] == 1
+    # one 50 ms reconfiguration, before a collective of a step: that step ends later, by at most 50 ms
+    grew = _job_step(delayed) - _job_step(no_delay)
+    assert 0 < grew <= 50_000_000
+
+
 def test_whatif_table_has_every_column_and_failures(runs, tmp_path):
     df = whatif(runs["ddp2_2hosts_100mbit"], [
         scenario_from_dict({"network": {"bandwidth_scale": 4.0}}, "links4x"),
