@@ -49,16 +49,39 @@ def test_create_is_idempotent_and_teardown_leaves_nothing():
 def test_failed_create_cleans_up(monkeypatch):
     tb = Testbed(2, 100, prefix=_prefix("fail"))
 
-    def broken(netns, dev, rate_mbit):
+    def broken(self, netns, dev, rate_mbit):
         raise TestbedError("tc refused")
 
-    monkeypatch.setattr(testbed, "_set_rate", broken)
+    monkeypatch.setattr(Testbed, "_set_rate", broken)
     with pytest.raises(TestbedError, match="tc refused"):
         tb.create()
     assert list_namespaces(tb.prefix) == []
 
 
+def test_other_link_kinds_gso_batches_of_1500_byte_frames_and_a_deep_bucket():
+    # a stock NIC's link: 1500-byte frames in GSO/TSO batches, behind a 256 KB burst (cloud burst credits)
+    tb = Testbed(2, 100, prefix=_prefix("gso"), frames="gso", burst_bytes=256_000)
+    try:
+        tb.create()
+        link = subprocess.run(["ip", "-d", "-n", tb.hosts[0].netns, "link", "show", "tk0"], capture_output=True,
+                              text=True, check=True).stdout
+        assert "mtu 1500" in link and "gso_max_segs 1 " not in link and "gso_max_size 65536" in link
+        qdisc = subprocess.run(["tc", "-n", tb.hosts[1].netns, "qdisc", "show", "dev", "tk0"],
+                               capture_output=True, text=True, check=True).stdout
+        m = re.search(r"burst (\d+)(b|Kb|Mb)", qdisc)  # tc prints the bucket in bytes, KiB or MiB
+        assert abs(int(m.group(1)) * {"b": 1, "Kb": 1 << 10, "Mb": 1 << 20}[m.group(2)] - 256_000) <= 1 << 10
+        meta = tb.describe()
+        assert meta["frames"] == "gso" and meta["mtu"] == 1500 and meta["links"][0]["burst_bytes"] == 256_000
+    finally:
+        tb.teardown()
+    assert list_namespaces(tb.prefix) == []
+
+
 def test_bad_configuration_is_rejected():
+    with pytest.raises(TestbedError, match="link frames 'tiny': allowed jumbo, gso"):
+        Testbed(2, 100, frames="tiny")
+    with pytest.raises(TestbedError, match="drops every gso packet: give at least 68564 bytes"):
+        Testbed(2, 100, frames="gso", burst_bytes=20_000)
     with pytest.raises(TestbedError, match="at least 2 hosts"):
         Testbed(1)
     with pytest.raises(TestbedError, match="hosts 0..1"):

@@ -11,6 +11,11 @@ than at low ones, and gloo's all-reduces got 93.4% of 50 Mbit/s but 97.5% of 400
 grows with its rate, which no link model scales. Programs run inside a host with `ip netns exec`; gloo is told to use `tk0` through
 GLOO_SOCKET_IFNAME. The traffic never leaves these namespaces.
 
+Other link kinds, for validating a network model on links it was not shaped for (`frames`, `burst_bytes`):
+`frames="gso"` gives 1500-byte frames with GSO/TSO batches of up to 64 KiB (what a stock Linux NIC sends), and
+`burst_bytes` sets the token bucket's depth (cloud NICs' burst credits; at least one packet: 2 frames for jumbo
+frames, 64 KiB and 2 frames with GSO). run.json's testbed block records both.
+
 Needs root and iproute2. `unavailable_reason()` says why it cannot run here; create and teardown
 are idempotent, a failed create tears down what it made, and namespace names carry a per-process
 prefix so that parallel runs do not collide.
@@ -37,6 +42,24 @@ FRAME_BYTES = MTU + 14  # what tbf counts of one frame (the Ethernet header incl
 MIN_BURST_BYTES = 2 * FRAME_BYTES
 BURST_S = 0.0005
 QUEUE_LATENCY_MS = 100
+# frames kind -> (MTU, largest packet tbf sees, smallest bucket): jumbo frames one by one (two of them), or
+# 1500-byte frames in GSO batches (a batch and two frames)
+FRAMES = {"jumbo": (MTU, MTU, MIN_BURST_BYTES), "gso": (1500, 65536, 65536 + 2 * (1500 + 14))}
+GSO_BURST_S = 0.004  # the bucket the GSO kind gets by default: 4 ms of traffic (TCP got 78% of 400 Mbit/s with 1)
+
+
+def min_burst_bytes(frames: str) -> int:
+    """The smallest token bucket a kind of frames passes through: tbf drops a packet larger than its bucket."""
+    return FRAMES[frames][2]
+
+
+def burst_bytes(frames: str, rate_mbit: float, given: int | None) -> int:
+    """The token bucket's depth: the one given, else the kind's default (two jumbo frames and half a millisecond
+    of traffic; a GSO batch, two frames and 4 ms)."""
+    if given is not None:
+        return int(given)
+    per_s = GSO_BURST_S if frames == "gso" else BURST_S
+    return max(min_burst_bytes(frames), int(rate_mbit * 1e6 / 8 * per_s))
 
 
 class TestbedError(TracekitError):
@@ -108,9 +131,16 @@ class Testbed:
     __test__ = False  # pytest: not a test class despite the name
 
     def __init__(self, hosts: int = 2, rate_mbit: float | None = None, *,
-                 host_rates_mbit: dict[int, float] | None = None, prefix: str | None = None):
+                 host_rates_mbit: dict[int, float] | None = None, prefix: str | None = None,
+                 frames: str = "jumbo", burst_bytes: int | None = None):
         if hosts < 2:
             raise TestbedError(f"a testbed needs at least 2 hosts, got {hosts}")
+        if frames not in FRAMES:
+            raise TestbedError(f"link frames {frames!r}: allowed {', '.join(FRAMES)}")
+        if burst_bytes is not None and burst_bytes < min_burst_bytes(frames):
+            raise TestbedError(f"a token bucket of {burst_bytes} bytes drops every {frames} packet: give at least "
+                               f"{min_burst_bytes(frames)} bytes (its largest packet, {FRAMES[frames][1]}, and two frames)")
+        self.frames, self.burst_bytes = frames, burst_bytes
         if hosts > 250:
             raise TestbedError(f"at most 250 hosts fit in {SUBNET}.0/{PREFIX_LEN}, got {hosts}")
         self.prefix = prefix or f"tk-{os.getpid()}-"
@@ -152,13 +182,13 @@ class Testbed:
                     _run(["ip", "-n", sw, "link", "set", port, "master", "br0"])
                     _run(["ip", "-n", sw, "link", "set", port, "up"])
             for h in self.hosts:
-                _frames(h.netns, IFNAME)
+                _frames(h.netns, IFNAME, self.frames)
                 if self.switch_netns is not None:
-                    _frames(self.switch_netns, f"p{h.index}")
+                    _frames(self.switch_netns, f"p{h.index}", self.frames)
                 _run(["ip", "-n", h.netns, "addr", "add", f"{h.ip}/{PREFIX_LEN}", "dev", IFNAME])
                 _run(["ip", "-n", h.netns, "link", "set", IFNAME, "up"])
             if self.switch_netns is not None:
-                _run(["ip", "-n", self.switch_netns, "link", "set", "br0", "mtu", str(MTU)])
+                _run(["ip", "-n", self.switch_netns, "link", "set", "br0", "mtu", str(FRAMES[self.frames][0])])
             self._shape_all()
         except BaseException:
             self.teardown()
@@ -184,13 +214,22 @@ class Testbed:
             a, b = self.hosts
             # On a direct pair each end's egress is the other's ingress: the slower rate rules both.
             r = _min_rate(a.rate_mbit, b.rate_mbit)
-            _set_rate(a.netns, IFNAME, r)
-            _set_rate(b.netns, IFNAME, r)
+            self._set_rate(a.netns, IFNAME, r)
+            self._set_rate(b.netns, IFNAME, r)
             return
         for h in self.hosts:
             # Both directions of a host's link: the host's egress, and the switch port's egress.
-            _set_rate(h.netns, IFNAME, h.rate_mbit)
-            _set_rate(self.switch_netns, f"p{h.index}", h.rate_mbit)
+            self._set_rate(h.netns, IFNAME, h.rate_mbit)
+            self._set_rate(self.switch_netns, f"p{h.index}", h.rate_mbit)
+
+    def _set_rate(self, netns: str, dev: str, rate_mbit: float | None) -> None:
+        if rate_mbit is None:
+            subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", dev, "root"],
+                           capture_output=True, check=False)
+            return
+        burst = burst_bytes(self.frames, rate_mbit, self.burst_bytes)
+        _run(["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_mbit * 1e6)}bit",
+              "burst", str(burst), "latency", f"{QUEUE_LATENCY_MS}ms"])
 
     # ---- running programs ------------------------------------------------------------------
     def popen(self, host: int, argv: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
@@ -237,10 +276,13 @@ class Testbed:
             return results
 
     def describe(self) -> dict:
+        mtu = FRAMES[self.frames][0]
+        how = f"{mtu}-byte frames, no GSO" if self.frames == "jumbo" else f"{mtu}-byte frames, GSO/TSO batches"
         return {"hosts": len(self.hosts), "topology": "veth pair" if self.switch_netns is None else "bridge",
-                "shaping": f"tc tbf per link end, {MTU}-byte frames, no GSO",
-                "links": [{"host": h.index, "netns": h.netns, "ip": h.ip, "ifname": h.ifname,
-                           "rate_mbit": h.rate_mbit} for h in self.hosts]}
+                "shaping": f"tc tbf per link end, {how}", "frames": self.frames, "mtu": mtu,
+                "links": [{"host": h.index, "netns": h.netns, "ip": h.ip, "ifname": h.ifname, "rate_mbit": h.rate_mbit,
+                           "burst_bytes": burst_bytes(self.frames, h.rate_mbit, self.burst_bytes)
+                           if h.rate_mbit is not None else None} for h in self.hosts]}
 
 
 class PollIdle:
@@ -299,20 +341,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _frames(netns: str, dev: str) -> None:
-    """Jumbo frames, sent one by one: no GSO batch bigger than a frame reaches the token bucket."""
-    _run(["ip", "-n", netns, "link", "set", dev, "mtu", str(MTU), "gso_max_segs", "1", "gso_max_size", str(MTU)])
-
-
-def _set_rate(netns: str, dev: str, rate_mbit: float | None) -> None:
-    if rate_mbit is None:
-        subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", dev, "root"],
-                       capture_output=True, check=False)
-        return
-    rate_bps = rate_mbit * 1e6
-    burst = max(MIN_BURST_BYTES, int(rate_bps / 8 * BURST_S))
-    _run(["tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bps)}bit",
-          "burst", str(burst), "latency", f"{QUEUE_LATENCY_MS}ms"])
+def _frames(netns: str, dev: str, frames: str) -> None:
+    """jumbo: 9000-byte frames sent one by one (no GSO batch bigger than a frame reaches the token bucket);
+    gso: 1500-byte frames in GSO/TSO batches of up to 64 KiB, as a stock NIC sends them."""
+    mtu, largest, _ = FRAMES[frames]
+    segs = "1" if frames == "jumbo" else "65535"
+    _run(["ip", "-n", netns, "link", "set", dev, "mtu", str(mtu), "gso_max_segs", segs, "gso_max_size", str(largest)])
 
 
 def _min_rate(a: float | None, b: float | None) -> float | None:

@@ -46,6 +46,8 @@ class DemoConfig:
     link_rate_mbit: float | None = None
     slow_link_host: int | None = None
     slow_link_rate_mbit: float | None = None
+    link_frames: str = "jumbo"   # testbed link kind: "jumbo" (9000-byte frames one by one) | "gso" (1500, batched)
+    link_burst_bytes: int | None = None  # testbed token bucket depth (None: the kind's default)
     seed: int = 0
     master_addr: str = "127.0.0.1"
     port: int = DEFAULT_PORT
@@ -63,8 +65,10 @@ class DemoConfig:
                 raise TracekitError(f"--hosts must be >= 2 for a testbed run, got {self.hosts}")
             if self.ranks % self.hosts:
                 raise TracekitError(f"--ranks {self.ranks} must be a multiple of --hosts {self.hosts}")
-        elif self.link_rate_mbit is not None or self.slow_link_host is not None:
-            raise TracekitError("--link-rate-mbit and --slow-link need --hosts (a testbed run)")
+        elif (self.link_rate_mbit is not None or self.slow_link_host is not None or self.link_frames != "jumbo"
+              or self.link_burst_bytes is not None):
+            raise TracekitError("--link-rate-mbit, --slow-link, --link-frames and --link-burst-kb need --hosts "
+                                "(a testbed run)")
         if (self.slow_link_host is None) != (self.slow_link_rate_mbit is None):
             raise TracekitError("--slow-link needs both a host and a rate (HOST:RATE_MBIT)")
 
@@ -188,22 +192,24 @@ def _run_local(cfg: DemoConfig) -> None:
 
 def _run_on_testbed(cfg: DemoConfig) -> None:
     slow = {cfg.slow_link_host: cfg.slow_link_rate_mbit} if cfg.slow_link_host is not None else None
-    run_on_testbed(cfg, "tracekit.capture.demo", cfg.ranks, cfg.hosts, cfg.link_rate_mbit, slow)
+    run_on_testbed(cfg, "tracekit.capture.demo", cfg.ranks, cfg.hosts, cfg.link_rate_mbit, slow,
+                   frames=cfg.link_frames, burst_bytes=cfg.link_burst_bytes)
 
 
 def run_on_testbed(cfg, module: str, ranks: int, hosts: int, rate_mbit, slow: dict | None = None,
-                   poll_idle: bool = False) -> None:
+                   poll_idle: bool = False, frames: str = "jumbo", burst_bytes: int | None = None) -> None:
     """Run `python -m module --worker-rank R --worker-config CFG` for every rank inside a testbed of `hosts`
     hosts (rank r on host r // (ranks / hosts)), the master on host 0; one error naming every rank that
     failed; run.json gets the testbed's description (and with poll_idle, whether the CPUs were held out of
-    their idle states: tracekit.testbed.PollIdle)."""
+    their idle states: tracekit.testbed.PollIdle); frames and burst_bytes: the links' kind (tracekit.testbed)."""
     import contextlib
 
     from ..testbed import PollIdle, Testbed
 
     per_host = ranks // hosts
     held = PollIdle() if poll_idle else None
-    with Testbed(hosts, rate_mbit, host_rates_mbit=slow) as tb, (held or contextlib.nullcontext()):
+    bed = Testbed(hosts, rate_mbit, host_rates_mbit=slow, frames=frames, burst_bytes=burst_bytes)
+    with bed as tb, (held or contextlib.nullcontext()):
         if held is not None and held.reason:
             raise TracekitError(f"--poll-idle: {held.reason}")
         cfg = dataclasses.replace(cfg, master_addr=tb.hosts[0].ip, port=cfg.port or DEFAULT_PORT)

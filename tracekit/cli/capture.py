@@ -85,10 +85,15 @@ def _step_options(timed_steps: int):
               help="Testbed link rate in Mbit/s (default: unshaped).")
 @click.option("--slow-link", callback=_slow_link, default=None, metavar="HOST:RATE_MBIT",
               help="Testbed host whose link runs at a lower rate (a slow link).")
+@click.option("--link-frames", type=click.Choice(["jumbo", "gso"]), default="jumbo", show_default=True,
+              help="Testbed link kind: 9000-byte frames one by one, or 1500-byte frames in GSO/TSO batches.")
+@click.option("--link-burst-kb", type=click.FloatRange(1), default=None,
+              help="Testbed token-bucket depth in KB (default: two jumbo frames or a GSO batch, and 0.5 / 4 ms of "
+                   "traffic).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @fail_cleanly
 def demo_train_cmd(out_dir, ranks, steps, warmup, timed_steps, d_model, layers, vocab, seq_len, batch_size,
-                   bucket_mb, slow_rank, slow_ms, hosts, link_rate_mbit, slow_link, seed):
+                   bucket_mb, slow_rank, slow_ms, hosts, link_rate_mbit, slow_link, link_frames, link_burst_kb, seed):
     """Train a tiny transformer with DDP on gloo (CPU) and capture every rank.
 
     Ranks run as local processes on loopback, or with --hosts inside network
@@ -109,7 +114,8 @@ def demo_train_cmd(out_dir, ranks, steps, warmup, timed_steps, d_model, layers, 
                      bucket_mb=bucket_mb, slow_rank=slow_rank, slow_ms=slow_ms if slow_rank is not None else 0.0,
                      hosts=hosts, link_rate_mbit=link_rate_mbit,
                      slow_link_host=slow_link[0] if slow_link else None,
-                     slow_link_rate_mbit=slow_link[1] if slow_link else None, seed=seed)
+                     slow_link_rate_mbit=slow_link[1] if slow_link else None, link_frames=link_frames,
+                     link_burst_bytes=int(link_burst_kb * 1000) if link_burst_kb is not None else None, seed=seed)
     doc = run(cfg)
     click.echo(f"{out_dir}: {summarize(doc)}")
 
