@@ -47,7 +47,8 @@ _max_min = _njit(cache=True, nogil=True)(max_min_rates) if _njit is not None els
 
 
 def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0, until,
-              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap, pool_of, release_of, pool_servers, q_ptr):
+              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap, f_burst, pool_of, release_of, pool_servers,
+              q_ptr):
     """Run the event loop. Returns (start, end) per node; -1 for nodes that never started (or started
     after `until` when until >= 0) and whose end lies past it. flow_of[node]: the node's flow (-1: none);
     f_*: the flows (replay/sharing.Flows); pool_of[node]: the pool the node takes a server of when it starts
@@ -74,6 +75,11 @@ def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0
     n_on = np.zeros(n_links, np.int64)
     touched = np.zeros(n_links, np.int64)
     frozen = np.zeros(n_flows, np.bool_)
+    # token buckets (f_burst[l] > 0): tokens held, flows crossing the link, since when it has been idle
+    buckets = bool((f_burst > 0).any())
+    tokens = f_burst.copy()
+    crossing = np.zeros(n_links, np.int64)
+    idle_since = np.full(n_links, t0, np.int64)
     n_active = 0
     t_rates = np.int64(t0)
     version = 0
@@ -101,6 +107,12 @@ def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0
                     if pred_end[f] <= t:
                         heapq.heappush(heap, (t, np.int64(END), np.int64(seq), f_node[f]))
                         seq += 1
+                        if buckets:
+                            for k in range(f_ptr[f], f_ptr[f + 1]):
+                                lk = f_links[k]
+                                crossing[lk] -= 1
+                                if crossing[lk] == 0:
+                                    idle_since[lk] = t
                         n_active -= 1
                         last = active[n_active]
                         active[i] = last
@@ -113,6 +125,23 @@ def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0
                 active[n_active] = f
                 pos[f] = n_active
                 n_active += 1
+                if buckets:  # the tokens its bucketed links hold (the least) pass at once
+                    passed = np.inf
+                    for k in range(f_ptr[f], f_ptr[f + 1]):
+                        lk = f_links[k]
+                        if f_burst[lk] > 0:
+                            if crossing[lk] == 0:
+                                tokens[lk] = min(f_burst[lk], tokens[lk] + f_cap[lk] * (t - idle_since[lk]))
+                            passed = min(passed, tokens[lk])
+                    if passed < np.inf:
+                        passed = min(passed, left[f])
+                        left[f] -= passed
+                        for k in range(f_ptr[f], f_ptr[f + 1]):
+                            lk = f_links[k]
+                            if f_burst[lk] > 0:
+                                tokens[lk] -= passed
+                    for k in range(f_ptr[f], f_ptr[f + 1]):
+                        crossing[f_links[k]] += 1
             _max_min(active, n_active, f_ptr, f_links, f_cap, rate, rem_cap, n_on, frozen, touched)
             t_rates = t
             version += 1
@@ -248,7 +277,7 @@ class Engine:
         start, end = _core(self.compiled)(self.n, dur, self._ptr, self._dst, lag, self._from_end, self._indeg,
                                           np.int64(self.source), np.int64(self.t0), np.int64(until), flow_of,
                                           fl.node, fl.bytes, fl.latency_ns, fl.route_ptr, fl.route_links,
-                                          fl.capacity, pool_of, release_of, servers, q_ptr)
+                                          fl.capacity, fl.burst, pool_of, release_of, servers, q_ptr)
         reached = int((start >= 0).sum())
         if until < 0 and reached != self.n:
             raise ValueError(f"{self.n - reached} node(s) never became ready: the graph has a cycle")

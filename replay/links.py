@@ -44,10 +44,12 @@ GAP_NS = 200_000
 
 @dataclass(frozen=True)
 class LinkParams:
-    """Capacity (bytes/ns) and latency (ns per latency step) of each link class, and per-host NIC factors."""
+    """Capacity (bytes/ns) and latency (ns per latency step) of each link class, per-host NIC factors, and the depth
+    (bytes) of each class's token bucket (replay/sharing.py; a class without one has none)."""
     capacity: dict[str, float]
     latency_ns: dict[str, float]
     host_scale: dict[int, float] = field(default_factory=dict)  # host index -> NIC capacity factor
+    burst: dict[str, float] = field(default_factory=dict)
 
     def scaled(self, bandwidth: float = 1.0, latency: float = 1.0, host_scale: dict[int, float] | None = None,
                capacity: dict[str, float] | None = None, latency_ns: dict[str, float] | None = None,
@@ -59,7 +61,7 @@ class LinkParams:
         hs = dict(self.host_scale)
         for h, k in (host_scale or {}).items():
             hs[h] = hs.get(h, 1.0) * k
-        return LinkParams(cap, lat, hs)
+        return LinkParams(cap, lat, hs, dict(self.burst))  # a faster link keeps its bucket's depth
 
 
 @dataclass
@@ -92,8 +94,11 @@ class LinkFlows:
             size = size * factor
         if latency_share is not None:
             lat = lat * latency_share
+        burst = np.array([prm.burst.get(k, prm.burst.get(INTER, 0.0) if k == OPTICAL else 0.0)
+                          for k in self.link_kind], np.float64)
         return Flows(node=nodes, bytes=size, latency_ns=np.rint(lat).astype(np.int64), route_ptr=self.route_ptr,
-                     route_links=self.route_links, capacity=cap if len(cap) else np.ones(0))
+                     route_links=self.route_links, capacity=cap if len(cap) else np.ones(0),
+                     burst=burst if len(cap) else np.zeros(0))
 
 
 def _of(per_class: dict, c: str) -> float:

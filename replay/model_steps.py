@@ -190,7 +190,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     shift = reconfig_ns + (st.colls.dp_wait_shift_ns.to_numpy(np.int64) if "dp_wait_shift_ns" in st.colls else 0)
     if shift.any():
         flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift[lf.coll_row], 0), flows.route_ptr,
-                      flows.route_links, flows.capacity)
+                      flows.route_links, flows.capacity, flows.burst)
     _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, _as_run(fitted, prm), factor, share), node_of, tail)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest] + reconfig_ns[rest]

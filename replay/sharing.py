@@ -9,6 +9,11 @@ together; when a link saturates, the flows crossing it keep their share and the 
 are recomputed whenever a flow starts moving or ends, so a transfer's end is an event found during the
 replay.
 
+A link may have a token bucket (`burst`, bytes): as a shaper (tc tbf, a cloud NIC's burst credits) lets a
+sender past its rate while it holds tokens, a flow that starts moving takes the tokens every bucketed link of its
+route holds (the least of them) as bytes that pass at once, and those links' buckets give them up. A bucket
+refills at its link's capacity while no flow crosses the link, up to its depth, and starts full.
+
 Units: bytes, ns, and capacities in bytes per ns (1 GB/s = 1 byte/ns). Which links a transfer crosses and
 how many bytes it moves over each is the link model's business (replay/links.py); this module only
 shares. The functions are plain Python over numpy arrays that numba compiles inside the engine's loop.
@@ -27,7 +32,8 @@ class Flows:
     node: the graph node each flow belongs to (its start starts the flow; its end is the flow's end);
     bytes: what the flow moves over each link of its route; latency_ns: time before it moves;
     route_ptr / route_links: CSR of each flow's links (flow f crosses route_links[route_ptr[f]:route_ptr[f+1]]);
-    capacity: bytes per ns of each link. A flow without links moves at once (its time is its latency).
+    capacity: bytes per ns of each link; burst: the depth (bytes) of each link's token bucket (0: none; None: no
+    link has one). A flow without links moves at once (its time is its latency).
     """
 
     node: np.ndarray
@@ -36,6 +42,7 @@ class Flows:
     route_ptr: np.ndarray
     route_links: np.ndarray
     capacity: np.ndarray
+    burst: np.ndarray | None = None
 
     def __post_init__(self):
         node = np.ascontiguousarray(np.asarray(self.node, np.int64))
@@ -57,14 +64,17 @@ class Flows:
             raise ValueError("link capacities must be finite and > 0")
         if len(np.unique(node)) != n:
             raise ValueError("a node carries at most one flow")
+        burst = np.zeros(len(cap)) if self.burst is None else np.ascontiguousarray(np.asarray(self.burst, np.float64))
+        if len(burst) != len(cap) or not np.isfinite(burst).all() or (burst < 0).any():
+            raise ValueError("one token bucket depth (finite, >= 0) per link")
         for name, v in (("node", node), ("bytes", size), ("latency_ns", lat), ("route_ptr", ptr),
-                        ("route_links", links), ("capacity", cap)):
+                        ("route_links", links), ("capacity", cap), ("burst", burst)):
             object.__setattr__(self, name, v)
 
     @classmethod
     def none(cls) -> "Flows":
         z = np.zeros(0, np.int64)
-        return cls(z, np.zeros(0), z, np.zeros(1, np.int64), z, np.zeros(0))
+        return cls(z, np.zeros(0), z, np.zeros(1, np.int64), z, np.zeros(0), np.zeros(0))
 
     def __len__(self) -> int:
         return len(self.node)

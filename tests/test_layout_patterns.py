@@ -232,8 +232,41 @@ def test_a_one_rank_groups_collective_keeps_its_time_under_faster_links(tmp_path
         assert _steps_us(replay.run(run, _twice(model))) == [400.0], model
 
 
+# ---- DDP's caller waits for a bucket whose own side on its rank ends after the shared transfer
+
+def _late_side(tmp_path):
+    # the shared transfer ends at 405 (rank 0's runloop); rank 1's side of it ends at 505 (the last of its data on
+    # a link whose token bucket ran dry), after its thread's last piece (450): rank 1 waited on the collective
+    ranks = []
+    for r, (loop_end, compute_end, wake) in enumerate(((405, 300, 410), (505, 450, 510))):
+        k = Rank(r).step(1, 0, wake + 90).op("aten::mm", 0, 100)
+        k.op("c10d::allreduce_", 100, 110, dims=[[[256, 256]], [], [], [], [], []],
+             types=["TensorList", "", "", "", "Scalar", "Scalar"])
+        k.ann("gloo:all_reduce", 105, loop_end, LOOP1, dims=[[256, 256]])
+        k.op("aten::add", 110, compute_end)
+        k.op("aten::mul", wake, wake + 90)
+        ranks.append(k)
+    return _open(tmp_path, ranks)
+
+
+def test_a_caller_whose_own_side_ends_after_its_compute_waits_on_the_collective(tmp_path):
+    run = _late_side(tmp_path)
+    g = _exact_baseline(run).graph
+    # rank 1's wake (510) binds to the collective, not to the end of its compute (450): no fixed 60 us gap
+    woke = (g.edge_kind == G.E["host_wait"]) & (g.rank[g.dst] == 1)
+    assert woke.sum() == 1 and g.lag_ns[woke][0] == 105 * US
+    gap = (g.edge_kind == G.E["thread"]) & (g.name[g.dst] == "aten::mul") & (g.rank[g.dst] == 1)
+    assert g.lag_ns[gap].tolist() == [0]
+    # links twice as fast: the transfer and rank 1's own side shrink, its wait ends before its compute does, so
+    # aten::mul starts as aten::add ends (without the binding it kept the 60 us and the step did not move)
+    res = replay.run(run, _twice("links"))
+    mul = np.flatnonzero((g.name == "aten::mul") & (g.rank == 1))[0]
+    assert (res.start_ns[mul] - g.origin_ns) // US == 450
+    assert _steps_us(res)[1] == 540.0
+
+
 def test_an_unchanged_scenario_is_the_run_with_either_model(tmp_path):
-    for make in (_tp, _fsdp, _p2p):
+    for make in (_tp, _fsdp, _p2p, _late_side):
         run = make(tmp_path / make.__name__)
         base = replay.run(run)
         for model in MODELS:
@@ -242,7 +275,7 @@ def test_an_unchanged_scenario_is_the_run_with_either_model(tmp_path):
 
 
 def test_a_faster_link_never_slows_a_step(tmp_path):
-    for make in (_tp, _fsdp, _p2p):
+    for make in (_tp, _fsdp, _p2p, _late_side):
         run = make(tmp_path / make.__name__)
         for model in MODELS:
             steps = [max(_steps_us(replay.run(run, scenario_from_dict(

@@ -114,6 +114,36 @@ def test_a_collective_on_circuits_crosses_the_hosts_circuit_ports_not_their_nics
     assert plain.capacity.tolist() == [0.5] * 8 and plain.latency_ns.tolist() == [200, 200, 100]
 
 
+def _lone_transfers_behind(burst):
+    """24 lone all-reduces of 0.4-1.6 MB between two hosts, 1-10 ms apart, timed by the engine on a 100 Mbit/s link
+    behind a token bucket of `burst` bytes (0: none)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    sizes = rng.choice([400e3, 800e3, 1600e3], 24)
+    colls = pd.DataFrame({"op": ["all_reduce"] * 24, "bytes": pd.array(sizes.astype(int), dtype="Int64"),
+                          "group_size": [2] * 24, "ranks": [[0, 1]] * 24})
+    lf = links.build(colls, {0: 0, 1: 1})
+    cap = 100 / 8e3  # bytes per ns
+    truth = links.LinkParams({"intra_node": 10.0, "inter_node": cap}, {"intra_node": 0.0, "inter_node": 0.0},
+                             burst={"inter_node": float(burst)} if burst else {})
+    starts = np.cumsum(np.r_[0, sizes[:-1] / cap + rng.choice([1e6, 3e6, 10e6], 23)]).astype(np.int64)
+    return lf, starts, linkfit.transfers(lf, starts, truth)
+
+
+def test_the_fit_finds_a_token_bucket_and_the_rate_behind_it_and_none_where_there_is_none():
+    # without a bucket in the model, transfers after an idle spell (100 KB past the rate) would make the link look
+    # faster than its 100 Mbit/s
+    lf, starts, measured = _lone_transfers_behind(100e3)
+    fit = linkfit.fit(lf, starts, measured, np.array(["all_reduce"] * len(lf), dtype=object))
+    assert fit.params.capacity["inter_node"] * 8e3 == pytest.approx(100, rel=0.01)
+    assert fit.params.burst["inter_node"] == pytest.approx(100e3, rel=0.05)
+    assert "token bucket" in fit.source["inter_node"]
+    lf, starts, measured = _lone_transfers_behind(0)
+    fit = linkfit.fit(lf, starts, measured, np.array(["all_reduce"] * len(lf), dtype=object))
+    assert fit.params.burst == {} and fit.params.capacity["inter_node"] * 8e3 == pytest.approx(100, rel=0.01)
+
+
 def test_gloo_worker_threads_become_one_pool_per_rank(runs):
     from analyses import depgraph
     from replay.pools import gloo_pools

@@ -57,6 +57,27 @@ def test_max_min_gives_the_unbottlenecked_flow_what_is_left():
     assert rates(fl, [0, 1, 2]).tolist() == [0.5, 0.5, 1.5]
 
 
+def test_a_token_bucket_lets_a_flow_past_the_rate_by_what_it_holds_and_refills_while_the_link_is_idle():
+    # one link of 1 byte/ns behind a 1000-byte bucket (full at the start). A: 3000 bytes from 0 takes the 1000
+    # tokens at once, moves 2000 (ends 2000). B: 1500 bytes from 2500: the link idled 500 ns, the bucket holds 500:
+    # B moves 1000 (ends 3500). C: 400 bytes from 3500 + 2000: the bucket is full again (capped at 1000): C passes
+    # at once and leaves 600. D: 800 bytes from 5500 as well, crossing the bucketed link and a plain one of 4 bytes/ns
+    # (which holds no tokens and does not stop them): the link is busy, no refill: D takes the 600 and moves 200
+    # (ends 5700)
+    fl = Flows(node=[1, 2, 3, 4], bytes=[3000.0, 1500.0, 400.0, 800.0], latency_ns=[0, 0, 0, 0],
+               route_ptr=[0, 1, 2, 3, 5], route_links=[0, 0, 0, 0, 1], capacity=[1.0, 4.0], burst=[1000.0, 0.0])
+    for compiled in (True, False):
+        s = _star([0, 2500, 5500, 5500], compiled=compiled).run([0] * 5, flows=fl)
+        assert s.end_ns[1:].tolist() == [2000, 3500, 5500, 5700], compiled
+    # no bucket: the link's rate alone (A alone to 2500 with 500 left, then A and B at 0.5 each: A ends 3500, B
+    # alone after; C and D at 0.5 each until C's 400 are done at 6300, D's last 400 alone)
+    plain = Flows(fl.node, fl.bytes, fl.latency_ns, fl.route_ptr, fl.route_links, fl.capacity)
+    s = _star([0, 2500, 5500, 5500]).run([0] * 5, flows=plain)
+    assert s.end_ns[1:].tolist() == [3500, 4500, 6300, 6700]
+    with pytest.raises(ValueError, match="one token bucket depth"):
+        Flows(fl.node, fl.bytes, fl.latency_ns, fl.route_ptr, fl.route_links, fl.capacity, burst=[1.0])
+
+
 def test_a_flow_without_links_or_bytes_lasts_its_latency():
     e = _star([5, 5])
     fl = _flows([1, 2], [1e9, 0.0], [[], [0]], [1.0], latency=[3, 4])

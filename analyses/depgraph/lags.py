@@ -28,6 +28,7 @@ def bind_lags(g: Graph) -> None:
         ready, slack = ready[keep], slack[keep]
     # binding edge per destination: the largest ready time (ties: the lowest edge index)
     binding = _first_per_dst(np.lexsort((np.arange(len(ready)), -ready, g.dst)), g.dst)
+    binding = _woken_by_collectives(g, ready, binding)
     lag = np.zeros(len(ready), np.int64)
     lag[binding] = slack[binding]
     late = lag < 0
@@ -38,6 +39,35 @@ def bind_lags(g: Graph) -> None:
     # sort edges by source for the engine
     o = np.lexsort((g.dst, g.src))
     g.src, g.dst, g.from_end, g.edge_kind, g.lag_ns = g.src[o], g.dst[o], g.from_end[o], g.edge_kind[o], g.lag_ns[o]
+
+
+def _woken_by_collectives(g: Graph, ready: np.ndarray, binding: np.ndarray) -> np.ndarray:
+    """A caller that woke from a wait on a collective (host_wait) while its rank's side of the collective was still
+    under way when the thread's last piece ended waited on the collective, not on its thread: the shared transfer
+    can end before the wait begins when the caller's own side finished later (a token bucket that ran dry on one
+    host's link). Its host_wait edge binds then, so that a faster link shortens the wait. The rank's side is done
+    when its participant is released (the release edges' targets). Not for a send or a recv: a gloo send's own
+    completion is when its caller got round to it (the message had arrived long before), not a side of the
+    transfer still under way."""
+    woke = np.flatnonzero(g.edge_kind == E["host_wait"])
+    if not len(woke) or not len(g.colls):
+        return binding
+    p2p = set(g.colls.coll_id[g.colls.op.isin(("send", "recv"))].astype(int))
+    woke = woke[[int(g.coll[s]) not in p2p for s in g.src[woke]]]
+    rel = np.flatnonzero((g.edge_kind == E["release"]) & g.from_end)
+    done: dict = {}
+    for b, d in zip(g.src[rel], g.dst[rel]):
+        key = (int(b), int(g.rank[d]))
+        done[key] = max(done.get(key, -1), int(g.start_ns[d]))
+    of_dst = dict(zip(g.dst[binding].tolist(), binding.tolist()))
+    for e in woke:
+        d = int(g.dst[e])
+        cur = of_dst.get(d)
+        if cur is None or cur == e or g.edge_kind[cur] == E["host_wait"]:
+            continue
+        if done.get((int(g.src[e]), int(g.rank[d])), -1) > ready[cur]:
+            of_dst[d] = int(e)
+    return np.fromiter(of_dst.values(), np.int64, len(of_dst))
 
 
 def ready_ns(g: Graph) -> np.ndarray:
