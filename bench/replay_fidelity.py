@@ -32,8 +32,9 @@ def fidelity(tmp: str) -> list[dict]:
     import replay
     import tracekit
 
-    sets = [("sample_traces/" + p.name, REPO / "sample_traces" / p.name)
-            for p in sorted((REPO / "sample_traces").iterdir()) if p.is_dir()]
+    # every bundled run: a folder with traces of its own (sample_traces/layouts holds one run a folder)
+    runs = sorted(p.parent for p in (REPO / "sample_traces").glob("**/rank0.trace.json*"))
+    sets = [(str(p.relative_to(REPO)), p) for p in runs]
     sets += [(rel, SHARED / rel) for rel in GPU_SETS if (SHARED / rel).exists()]
     rows = []
     for name, path in sets:
