@@ -19,10 +19,8 @@ out="${1:-runs/sweep}"
 seed="${2:-$(date +%s)}"
 mkdir -p "$out"
 
-job_a=(--d-model 256 --layers 2 --vocab 512 --seq-len 16 --batch-size 2 --bucket-mb 1.25
-       --steps 6 --warmup 1 --timed-steps 4)
-job_b=(--d-model 192 --layers 3 --vocab 512 --seq-len 16 --batch-size 2 --bucket-mb 0.5
-       --steps 6 --warmup 1 --timed-steps 4)
+# job_a, job_b: the overlap validation's two jobs
+source "$(dirname "$0")/overlap_jobs.sh"
 
 record() {  # family, name, link args..., -- job args...
   local fam="$1" name="$2"; shift 2

@@ -7,14 +7,8 @@ set -euo pipefail
 out="${1:-runs/overlap}"
 mkdir -p "$out"
 
-# Job A: ~1.84 M params = 7.4 MB of fp32 gradients in 1.25 MB DDP buckets (6 or more per step), gloo's
-# default two worker threads, so several all-reduces share a host's link at once. A small per-rank batch
-# keeps the runs communication-bound on a 2-core machine.
-job_a=(--d-model 256 --layers 2 --vocab 512 --seq-len 16 --batch-size 2 --bucket-mb 1.25
-       --steps 6 --warmup 1 --timed-steps 4)
-# Job B: another model and bucket size (~1.5 M params in 0.5 MB buckets).
-job_b=(--d-model 192 --layers 3 --vocab 512 --seq-len 16 --batch-size 2 --bucket-mb 0.5
-       --steps 6 --warmup 1 --timed-steps 4)
+# job_a, job_b: the overlap validation's two jobs
+source "$(dirname "$0")/overlap_jobs.sh"
 
 # A on 2 hosts at four rates spanning 8x: "links r_b/r_a" between every ordered pair.
 for rate in 50 100 200 400; do
