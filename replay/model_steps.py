@@ -267,16 +267,19 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
     """After the shared transfer a participant still waits for its own side of it. Part of that is CPU: each of a
     ring's p - 1 hand-offs waits for a worker thread to wake (up to p - 1 times the run's typical wake-up, the
     median time a caller took to wake after its own side had finished); the rest is the last of its data still
-    on the link, which follows the flow's bottleneck capacity. A caller woken later still than its own side
-    finished woke up a thread: that part of its host-wait lag stays. Every one of them waits the transfer's tail
-    (replay/linkfit.py)."""
+    on the link, which follows the flow's bottleneck capacity, and is no longer than all of the flow's bytes take
+    there (what a lag has beyond that is CPU too: a rank descheduled on a busy machine). A caller woken later still
+    than its own side finished woke up a thread: that part of its host-wait lag stays. Every one of them waits the
+    transfer's tail (replay/linkfit.py)."""
     old, new = fit_flows.capacity, flows.capacity
     k = np.ones(len(node_of))
+    most = np.full(len(node_of), np.inf)  # ns the flow's bytes take at its bottleneck, under the fit
     extra = np.zeros(len(node_of), np.int64)
     for i in range(len(lf)):
         route = lf.route_links[lf.route_ptr[i]:lf.route_ptr[i + 1]]
         if len(route):
             k[lf.coll_row[i]] = old[route].min() / new[route].min()
+            most[lf.coll_row[i]] = fit_flows.bytes[i] / old[route].min()
         extra[lf.coll_row[i]] = tail[i]
     bar = np.full(g.n_nodes, -1, np.int64)
     bar[node_of] = np.arange(len(node_of))
@@ -291,9 +294,11 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
     hand_offs = np.maximum(st.colls.group_size.to_numpy(np.float64) - 1.0, 1.0)
 
     def split(lag, row, from_end):
-        """lag = CPU part (kept) + link part (x k); early finishers' lags (from the start) are all transfer."""
+        """lag = CPU part (kept) + link part (x k, at most the flow's bytes' time); early finishers' lags (from the
+        start) are all transfer."""
         cpu = np.where(from_end, np.minimum(lag, hand_offs[row] * wake_ns), 0.0)
-        return np.rint(cpu + (lag - cpu) * k[row]).astype(np.int64)
+        link = np.minimum(lag - cpu, most[row])
+        return np.rint(lag - link + link * k[row]).astype(np.int64)
 
     row = bar[g.src[rel]]
     st.lag_ns[rel] = split(st.lag_ns[rel].astype(np.float64), row, g.from_end[rel]) + extra[row]

@@ -234,11 +234,11 @@ def test_a_one_rank_groups_collective_keeps_its_time_under_faster_links(tmp_path
 
 # ---- DDP's caller waits for a bucket whose own side on its rank ends after the shared transfer
 
-def _late_side(tmp_path):
+def _late_side(tmp_path, own_end=505):
     # the shared transfer ends at 405 (rank 0's runloop); rank 1's side of it ends at 505 (the last of its data on
     # a link whose token bucket ran dry), after its thread's last piece (450): rank 1 waited on the collective
     ranks = []
-    for r, (loop_end, compute_end, wake) in enumerate(((405, 300, 410), (505, 450, 510))):
+    for r, (loop_end, compute_end, wake) in enumerate(((405, 300, 410), (own_end, 450, own_end + 5))):
         k = Rank(r).step(1, 0, wake + 90).op("aten::mm", 0, 100)
         k.op("c10d::allreduce_", 100, 110, dims=[[[256, 256]], [], [], [], [], []],
              types=["TensorList", "", "", "", "Scalar", "Scalar"])
@@ -263,6 +263,18 @@ def test_a_caller_whose_own_side_ends_after_its_compute_waits_on_the_collective(
     mul = np.flatnonzero((g.name == "aten::mul") & (g.rank == 1))[0]
     assert (res.start_ns[mul] - g.origin_ns) // US == 450
     assert _steps_us(res)[1] == 540.0
+
+
+def test_a_release_longer_than_the_flows_bytes_take_keeps_the_rest_as_cpu(tmp_path):
+    # rank 1's side ends 2000 us after the shared transfer (a rank descheduled on a busy machine): no more than the
+    # time its 256 KiB take on the link (the transfer's 300 us) can be link time; under links twice as fast its
+    # wake moves earlier by at most half of that and half the transfer, not by half of the 2000 us
+    run = _late_side(tmp_path, own_end=2405)
+    _exact_baseline(run)
+    g = replay.run(run).graph
+    mul = np.flatnonzero((g.name == "aten::mul") & (g.rank == 1))[0]
+    moved = (g.start_ns[mul] - replay.run(run, _twice("links")).start_ns[mul]) / US
+    assert 150 <= moved <= 150 + 150 + 1, moved
 
 
 def test_an_unchanged_scenario_is_the_run_with_either_model(tmp_path):
