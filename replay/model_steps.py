@@ -214,7 +214,28 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
                         f"step, from {how} (the model alone {100 * rms:.1f}% rms off the measured transfers; each "
                         f"transfer keeps the rest as its own factor){nominal}")
+    off = _off_nominal(fitted, sc.network.nic_bandwidth_gbps or _testbed_gbps(run))
+    if off:
+        st.notes.append(off)
     st.notes += [n for n in fitted.notes + lf.notes if n not in st.notes]
+
+
+# a fitted NIC capacity further than this from the NICs' nominal rate is a failed fit, and said so
+NOMINAL_TOLERANCE = 0.10
+
+
+def _off_nominal(fitted: linkfit.Fit, nominal_gbps: float | None) -> str | None:
+    """A note where the fitted inter_node capacity is far from the NICs' nominal rate (known from [network]
+    nic_bandwidth_gbps or run.json's testbed): the run's transfers did not identify the link."""
+    if not nominal_gbps or links.INTER not in fitted.rel_rms:
+        return None
+    got = fitted.params.capacity[links.INTER]
+    if abs(got / nominal_gbps - 1.0) <= NOMINAL_TOLERANCE:
+        return None
+    return (f"links model: the fit failed to identify the hosts' NICs: {got * 8e3:.4g} Mbit/s is "
+            f"{100 * (got / nominal_gbps - 1.0):+.0f}% off their nominal {nominal_gbps * 8e3:.4g} Mbit/s (the transfers' "
+            "times carry more than the link: CPU on a busy machine, one size that cannot tell latency from rate); a "
+            "scenario that changes the links carries that error")
 
 
 def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, run, notes: list) -> links.LinkParams:

@@ -34,6 +34,15 @@ def test_the_fitted_nic_capacity_is_the_rate_the_run_was_shaped_to(runs, name, m
                for n in res.notes)
 
 
+def test_a_fit_far_from_the_nics_nominal_rate_is_reported_as_failed(runs):
+    run = runs["ddp2_2hosts_100mbit"]
+    fine = replay.run(run, scenario_from_dict({"network": {"bandwidth_scale": 2.0}}, "x"))
+    assert not any("failed to identify" in n for n in fine.notes)  # 100 Mbit/s shaped, fitted within 10%
+    # told the NICs are sold as 200 Mbit/s, the same fit is half of that: a failed fit, said so
+    told = replay.run(run, scenario_from_dict({"network": {"bandwidth_scale": 2.0, "nic_bandwidth_gbps": 0.025}}, "x"))
+    assert any("failed to identify the hosts' NICs" in n and "off their nominal 200 Mbit/s" in n for n in told.notes)
+
+
 def test_links_what_if_moves_transfers_as_flows_and_a_slow_host_bottlenecks_its_ring(runs):
     run = runs["ddp2_2hosts_100mbit"]
     all_slow = replay.run(run, scenario_from_dict({"network": {"model": "links", "bandwidth_scale": 0.25}}, "x"))
