@@ -179,9 +179,11 @@ def _stat(errs: list[float]) -> str:
 
 
 def family_markdown(fam: str, runs: dict[str, dict], rows: list[dict], fits: list[dict]) -> str:
-    kinds = sorted({(r["frames"], r["mtu"], r["burst"]) for r in runs.values()}, key=str)
-    link = "; ".join(f"{mtu}-byte frames{' in GSO batches' if fr == 'gso' else ', no GSO'}, bucket "
-                     f"{b / 1000:.1f} KB" if b else f"{mtu}-byte frames" for fr, mtu, b in kinds[:1])
+    r0 = next(iter(runs.values()))  # a family is one kind of frames; its bucket may follow the rate
+    bursts = sorted({r["burst"] for r in runs.values() if r["burst"]})
+    link = f"{r0['mtu']}-byte frames" + (" in GSO batches" if r0["frames"] == "gso" else ", no GSO")
+    if bursts:
+        link += ", bucket " + "-".join(f"{b / 1000:.1f}" for b in dict.fromkeys((bursts[0], bursts[-1]))) + " KB"
     out = [f"#### {fam}: {link}", "",
            "| case | from run | against | step (ms) | default (links) | alpha-beta |",
            "| --- | --- | --- | ---: | ---: | ---: |"]

@@ -34,8 +34,6 @@ from .engine import Engine, _max_min
 from .links import INTER, INTRA, OPTICAL, LinkFlows, LinkParams, busy_periods, overlapped, period_ends
 from .network import DEFAULT_LINKS, _inliers, _separable, _weighted_fit
 
-FACTOR_ROUNDS = 30          # forward-model rounds for the per-transfer factors (most runs settle in 3-6)
-FACTOR_TOLERANCE = 1e-7     # relative: a flow within this of its measured time has its factor
 MIN_LONE = 3                # lone transfers a class needs for the regression (else the busy periods)
 
 
@@ -97,8 +95,10 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
                             "0, every ns of a transfer counted as bandwidth"))
         cap[c], lat[c] = capacity, latency
         source[c] = f"{n} lone transfer(s)"
+    periods = _Periods(lf, starts, measured)  # the measured busy periods, read by both fits below
     if pending:
-        prm = busy_period_fit(lf, starts, measured, classes=pending, start=LinkParams(dict(cap), dict(lat)))
+        prm = busy_period_fit(lf, starts, measured, classes=pending, start=LinkParams(dict(cap), dict(lat)),
+                              periods=periods)
         for c in pending:
             cap[c], lat[c] = prm.capacity[c], prm.latency_ns[c]
             source[c] = f"busy periods of {int(((lf.link_class == c) & timed).sum())} shared transfer(s)"
@@ -108,7 +108,7 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
             source[c] = "default"
     params = LinkParams(dict(cap), dict(lat))
     for c in present:
-        got = burst_fit(lf, starts, measured, params, c)
+        got = burst_fit(periods, params, c)
         if got is not None:
             depth, capacity, before, after = got
             params = LinkParams({**params.capacity, c: capacity}, dict(params.latency_ns),
@@ -252,7 +252,7 @@ def _moved(lf: LinkFlows, begin: np.ndarray, end: np.ndarray, prm: LinkParams) -
 
 # the busy-period fit, for classes whose transfers all shared a link (no lone one to regress on)
 def busy_period_fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, *, classes, start: LinkParams,
-                    rounds: int = 2) -> LinkParams:
+                    rounds: int = 2, periods: "_Periods | None" = None) -> LinkParams:
     """Capacity and latency of the given link classes that make the flows, replayed from their measured starts
     and sharing the links, keep the links busy as long as the run did: each flow's busy period (its links
     in use without a break) ends when the measured one did (least squares in error relative to the time
@@ -269,7 +269,7 @@ def busy_period_fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarra
     4-rank run the best fit was 790 Mbit/s and 54 ms a ring step, for a 100 Mbit/s link). So the fit takes the
     least latency whose best capacity fits the periods within 10% of the best fit's loss, or within 5% rms:
     what the periods need, no more. Classes are fitted in turn, the others held at their current value
-    (`start` for the ones not fitted here)."""
+    (`start` for the ones not fitted here). periods: the flows' measured busy periods, where the caller has them."""
     meas = np.maximum(measured_ns.astype(np.float64), 1.0)
     # a transfer measured as nothing had no shared window (a rank finished before the last arrived: see the
     # graph's notes); it says nothing of the link, and in relative error it would outweigh every other one
@@ -280,7 +280,7 @@ def busy_period_fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarra
         cap[c] = float(np.median(lf.bytes[sel] / meas[sel])) or 1.0
         lat[c] = 0.0
 
-    periods = _Periods(lf, starts_ns, measured_ns)
+    periods = periods or _Periods(lf, starts_ns, measured_ns)
 
     def loss(c, cp, lt):
         return periods.loss(c, LinkParams({**cap, c: cp}, {**lat, c: lt}))
@@ -332,14 +332,13 @@ def _best_capacity(loss_of, around: float):
     return best
 
 
-def burst_fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, prm: LinkParams, c: str):
+def burst_fit(periods: _Periods, prm: LinkParams, c: str):
     """A token bucket for link class c (replay/sharing.py), where the run shows one: the depth, with the capacity
     refitted under it (the latency kept), whose busy periods end closest to the measured ones. A shaper with a
     deep bucket lets a transfer after an idle spell past its rate: without the bucket the fit takes the link as
     faster than its rate and every transfer's own factor makes up the rest, which a what-if that changes the idle
     spells gets wrong. Taken only where the run shows it (BURST_GAIN, BURST_MIN_RATE); returns (depth bytes,
-    capacity, loss without, loss with) or None."""
-    periods = _Periods(lf, starts_ns, measured_ns)
+    capacity, loss without, loss with) or None. periods: the flows' measured busy periods (_Periods)."""
 
     def with_burst(b):
         return lambda cp: periods.loss(c, LinkParams({**prm.capacity, c: cp}, dict(prm.latency_ns),

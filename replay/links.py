@@ -94,16 +94,22 @@ class LinkFlows:
             size = size * factor
         if latency_share is not None:
             lat = lat * latency_share
-        burst = np.array([prm.burst.get(k, prm.burst.get(INTER, 0.0) if k == OPTICAL else 0.0)
-                          for k in self.link_kind], np.float64)
+        burst = np.array([_of(prm.burst, k, 0.0) for k in self.link_kind], np.float64)
         return Flows(node=nodes, bytes=size, latency_ns=np.rint(lat).astype(np.int64), route_ptr=self.route_ptr,
                      route_links=self.route_links, capacity=cap if len(cap) else np.ones(0),
                      burst=burst if len(cap) else np.zeros(0))
 
 
-def _of(per_class: dict, c: str) -> float:
-    """A class's parameter; circuits without their own take the inter_node class's."""
-    return per_class[c] if c in per_class or c != OPTICAL else per_class[INTER]
+def _of(per_class: dict, c: str, default: float | None = None) -> float:
+    """A class's parameter; circuits without their own take the inter_node class's; a class with neither, the
+    default (None: it must have one)."""
+    if c in per_class:
+        return per_class[c]
+    if c == OPTICAL and INTER in per_class:
+        return per_class[INTER]
+    if default is None:
+        raise KeyError(c)
+    return default
 
 
 def build(colls: pd.DataFrame, host_of: dict[int, int], on_circuit: np.ndarray | None = None) -> LinkFlows:

@@ -165,6 +165,8 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     else:
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
                              g.colls.op.astype(object).to_numpy()[measured.coll_row])
+    rates = _testbed_rates(run)  # run.json's tc rates, read once
+    nominal_gbps = net.nic_bandwidth_gbps or (min(rates.values()) / 8e3 if rates else None)  # a ring's slowest
     over = net.packet_links
     prm = fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
@@ -176,7 +178,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     if sc.optical is not None:
         plan = sc.optical.model(None).plan(st.colls)
         on_circuit, reconfig_ns = plan.on_circuit, plan.reconfig_ns
-        prm = _with_circuits(prm, fitted, sc, run, st.notes)
+        prm = _with_circuits(prm, fitted, sc, nominal_gbps, st.notes)
         st.info["reconfigurations"] = int(plan.reconfigurations)
     lf = links.build(st.colls, _extend(host_of, st.colls), on_circuit)
     if sc.optical is not None:
@@ -209,12 +211,12 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
                             "DEFAULT_LINKS; [network.links.<class>] bandwidth_gbps says otherwise)")
     for c, rms in fitted.rel_rms.items():
         how = fitted.source.get(c) or f"over {fitted.flows[c]} transfer(s)"
-        nominal = _nominal_rates(run) if c == links.INTER else ""
+        nominal = _nominal_rates(rates) if c == links.INTER else ""
         st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
                         f"step, from {how} (the model alone {100 * rms:.1f}% rms off the measured transfers; each "
                         f"transfer keeps the rest as its own factor){nominal}")
-    off = _off_nominal(fitted, sc.network.nic_bandwidth_gbps or _testbed_gbps(run))
+    off = _off_nominal(fitted, nominal_gbps)
     if off:
         st.notes.append(off)
     st.notes += [n for n in fitted.notes + lf.notes if n not in st.notes]
@@ -238,14 +240,15 @@ def _off_nominal(fitted: linkfit.Fit, nominal_gbps: float | None) -> str | None:
             "scenario that changes the links carries that error")
 
 
-def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, run, notes: list) -> links.LinkParams:
+def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, nominal: float | None,
+                   notes: list) -> links.LinkParams:
     """The parameters with the [optical] circuits' class: a circuit's nominal rate at the efficiency the run's
-    NICs reached (fitted capacity over their nominal rate), so that a circuit at the NICs' own rate is the run's
-    link; a rate left unset is the scenario's inter_node capacity. A latency given is the circuits' own."""
+    NICs reached (fitted capacity over their nominal rate, GB/s; None: unknown), so that a circuit at the NICs' own
+    rate is the run's link; a rate left unset is the scenario's inter_node capacity. A latency given is the
+    circuits' own."""
     opt, fit_inter = sc.optical, fitted.params.capacity[links.INTER]
     cap = prm.capacity[links.INTER]
     if opt.circuit_bandwidth_gbps is not None:
-        nominal = sc.network.nic_bandwidth_gbps or _testbed_gbps(run)
         if nominal is None or fitted.source.get(links.INTER) == "default":
             cap = opt.circuit_bandwidth_gbps
             notes.append(f"{sc.where}: [optical] circuits get their nominal {cap:g} GB/s: the run's NIC rate is "
@@ -266,12 +269,6 @@ def _testbed_rates(run) -> dict[int, float]:
         return {int(x["host"]): float(x["rate_mbit"]) for x in run.run_manifest()["testbed"]["links"]}
     except (AttributeError, KeyError, TypeError, ValueError):
         return {}
-
-
-def _testbed_gbps(run) -> float | None:
-    """The testbed's NIC rate in GB/s (its slowest, which paces a ring); None: not a testbed run."""
-    rates = _testbed_rates(run)
-    return min(rates.values()) / 8e3 if rates else None
 
 
 def _as_run(fitted: linkfit.Fit, prm: links.LinkParams) -> links.LinkParams:
@@ -328,9 +325,8 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
         st.lag_ns[hw] = split(hw_net.astype(np.float64), row, np.ones(len(hw), bool)) + woke + extra[row]
 
 
-def _nominal_rates(run) -> str:
-    """The NIC rates the run was shaped to, where run.json's testbed block says (the tc rates), for the notes."""
-    rates = _testbed_rates(run)
+def _nominal_rates(rates: dict[int, float]) -> str:
+    """The NIC rates the run was shaped to (_testbed_rates), for the notes."""
     if not rates:
         return ""
     if len(set(rates.values())) == 1:

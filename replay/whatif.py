@@ -51,9 +51,11 @@ def _predicted_exposed_ns(res: ReplayResult, out: str | None):
 
     reps = None if res.folding is None else list(res.graph.ranks)
     if out is not None:
-        return _exposed_ns(tracekit.open(res.write_store(out)))
+        with tracekit.open(res.write_store(out)) as replayed:
+            return _exposed_ns(replayed)
     with tempfile.TemporaryDirectory(prefix="tracekit-whatif-") as tmp:
-        return _exposed_ns(tracekit.open(res.write_store(os.path.join(tmp, "replayed"), representatives=True)), reps)
+        with tracekit.open(res.write_store(os.path.join(tmp, "replayed"), representatives=True)) as replayed:
+            return _exposed_ns(replayed, reps)
 
 
 def _job_step(summary: pd.DataFrame, col: str) -> int:

@@ -4,7 +4,9 @@ the critical predecessors the critical path walks back along are the same bindin
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
+from .collectives import P2P_OPS
 from .model import EDGE_KINDS, E, Graph
 
 # inferred dependencies: the measured times may contradict them (then they are dropped), hard ones never
@@ -52,22 +54,21 @@ def _woken_by_collectives(g: Graph, ready: np.ndarray, binding: np.ndarray) -> n
     woke = np.flatnonzero(g.edge_kind == E["host_wait"])
     if not len(woke) or not len(g.colls):
         return binding
-    p2p = set(g.colls.coll_id[g.colls.op.isin(("send", "recv"))].astype(int))
-    woke = woke[[int(g.coll[s]) not in p2p for s in g.src[woke]]]
+    p2p = g.colls.coll_id[g.colls.op.isin(P2P_OPS)].to_numpy(np.int64)
+    woke = woke[~np.isin(g.coll[g.src[woke]], p2p)]
     rel = np.flatnonzero((g.edge_kind == E["release"]) & g.from_end)
-    done: dict = {}
-    for b, d in zip(g.src[rel], g.dst[rel]):
-        key = (int(b), int(g.rank[d]))
-        done[key] = max(done.get(key, -1), int(g.start_ns[d]))
-    of_dst = dict(zip(g.dst[binding].tolist(), binding.tolist()))
-    for e in woke:
-        d = int(g.dst[e])
-        cur = of_dst.get(d)
-        if cur is None or cur == e or g.edge_kind[cur] == E["host_wait"]:
-            continue
-        if done.get((int(g.src[e]), int(g.rank[d])), -1) > ready[cur]:
-            of_dst[d] = int(e)
-    return np.fromiter(of_dst.values(), np.int64, len(of_dst))
+    done = pd.Series(g.start_ns[g.dst[rel]]).groupby([g.src[rel], g.rank[g.dst[rel]]]).max()
+    done_at = done.reindex(pd.MultiIndex.from_arrays([g.src[woke], g.rank[g.dst[woke]]])).to_numpy(
+        np.float64, na_value=-1.0)
+    bind_of = np.full(g.n_nodes, -1, np.int64)
+    bind_of[g.dst[binding]] = binding
+    cur = bind_of[g.dst[woke]]
+    take = (cur >= 0) & (cur != woke) & (g.edge_kind[np.maximum(cur, 0)] != E["host_wait"])
+    take &= done_at > ready[np.maximum(cur, 0)]
+    # the first such edge of each caller's piece
+    d, first = np.unique(g.dst[woke[take]], return_index=True)
+    bind_of[d] = woke[take][first]
+    return bind_of[bind_of >= 0]
 
 
 def ready_ns(g: Graph) -> np.ndarray:

@@ -118,7 +118,7 @@ def _per_rank_step(run):
     ec = run.analyze("exposed_comm")
     per = {int(row.rank): {"step_ns": float(row.step_ns), "comm_ns": float(row.comm_ns),
                            "exposed_ns": float(row.exposed_comm_ns), "steps": int(row.steps)}
-           for row in exposed_comm_per_rank(ec).itertuples() if row.step_ns == row.step_ns}
+           for row in exposed_comm_per_rank(ec).itertuples() if not np.isnan(row.step_ns)}
     st = run.sql("""SELECT r.rank, coalesce(median(s.dur_ns), any_value(r.last_end_ns - r.first_ts_ns)) AS step_ns,
                            greatest(count(s.dur_ns), 1) AS steps
                     FROM ranks r LEFT JOIN steps s ON s.rank = r.rank AND NOT s.is_last GROUP BY r.rank""")
