@@ -26,7 +26,7 @@ Capacities are bytes per ns (1 GB/s = 1 byte/ns), latencies ns.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -64,9 +64,12 @@ def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams, factor: np.
     return s.end_ns[1:] - s.start_ns[1:]
 
 
-def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.ndarray | None = None) -> Fit:
+def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.ndarray | None = None,
+        latency_bound_ns: dict[str, float] | None = None) -> Fit:
     """Capacity and latency per link class, and each transfer's factor and tail (the module docstring). ops: each
-    flow's op (the factors' groups are link class and op)."""
+    flow's op (the factors' groups are link class and op). latency_bound_ns: per link class, the most latency the
+    link itself can have (its round trip and one frame's serialization); a fitted latency above it is the link's
+    bound and, for the rest, software time per step (LinkParams.overhead_ns): the transfers' times stay the same."""
     starts = np.asarray(starts_ns, np.int64)
     measured = np.asarray(measured_ns, np.int64)
     timed = measured > 0
@@ -106,13 +109,21 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
         if c not in present:  # no transfer of the run crossed it: the alpha-beta model's default (a what-if may use it)
             cap[c], lat[c] = DEFAULT_LINKS[c].bandwidth_gbps, DEFAULT_LINKS[c].alpha_ns
             source[c] = "default"
-    params = LinkParams(dict(cap), dict(lat))
+    over = {}
+    for c, most in (latency_bound_ns or {}).items():
+        if c in present and lat[c] > most:
+            over[c] = lat[c] - most
+            lat[c] = float(most)
+            notes.append(f"links model: {c}'s fitted {(lat[c] + over[c]) / 1e3:.4g} us per latency step is more than "
+                         f"the link can take ({most / 1e3:.4g} us: its round trip and one frame): the link gets "
+                         f"{most / 1e3:.4g} us, the other {over[c] / 1e3:.4g} us are software per step (a worker "
+                         "thread's wake-up, the protocol), which a faster or nearer link does not shorten")
+    params = LinkParams(dict(cap), dict(lat), overhead_ns=over)
     for c in present:
         got = burst_fit(periods, params, c)
         if got is not None:
             depth, capacity, before, after = got
-            params = LinkParams({**params.capacity, c: capacity}, dict(params.latency_ns),
-                                burst={**params.burst, c: depth})
+            params = replace(params, capacity={**params.capacity, c: capacity}, burst={**params.burst, c: depth})
             source[c] += (f", behind a {depth / 1e3:.0f} KB token bucket (the busy periods {100 * before ** 0.5:.1f}% "
                           f"rms off without one, {100 * after ** 0.5:.1f}% with it)")
     model = transfers(lf, starts, params).astype(np.float64)
@@ -164,7 +175,7 @@ def _factors(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, prm: LinkP
     link among its flows (TCP serves the first of gloo's buckets faster than max-min would) moves with the link.
     Fewer bytes on a flow never slow another, so every flow then ends no later than measured. A transfer shorter
     than its latency keeps the share of it that fits (latency share < 1) and moves nothing."""
-    lat = lf.lat_steps * np.array([prm.latency_ns[c] for c in lf.link_class], np.float64)
+    lat = lf.lat_steps * np.array([prm.step_ns(c) for c in lf.link_class], np.float64)
     share = np.where(lat > measured, measured / np.maximum(lat, 1.0), 1.0)
     share[measured <= 0] = 0.0
     begin, end = starts.astype(np.float64) + lat * share, (starts + measured).astype(np.float64)
@@ -341,8 +352,8 @@ def burst_fit(periods: _Periods, prm: LinkParams, c: str):
     capacity, loss without, loss with) or None. periods: the flows' measured busy periods (_Periods)."""
 
     def with_burst(b):
-        return lambda cp: periods.loss(c, LinkParams({**prm.capacity, c: cp}, dict(prm.latency_ns),
-                                                     burst={**prm.burst, c: b} if b else dict(prm.burst)))
+        return lambda cp: periods.loss(c, replace(prm, capacity={**prm.capacity, c: cp},
+                                                  burst={**prm.burst, c: b} if b else dict(prm.burst)))
 
     none = _best_capacity(with_burst(0.0), prm.capacity[c])
     if none[0] <= _GOOD_LOSS:  # the periods end where they did without one

@@ -44,12 +44,19 @@ GAP_NS = 200_000
 
 @dataclass(frozen=True)
 class LinkParams:
-    """Capacity (bytes/ns) and latency (ns per latency step) of each link class, per-host NIC factors, and the depth
-    (bytes) of each class's token bucket (replay/sharing.py; a class without one has none)."""
+    """Capacity (bytes/ns) and latency (ns per latency step) of each link class, per-host NIC factors, the depth
+    (bytes) of each class's token bucket (replay/sharing.py; a class without one has none), and the software time
+    per latency step beyond the link's latency (ns; a worker thread's wake-up, the protocol: what a fitted latency
+    has above the link's round trip, replay/linkfit.py), which a faster or nearer link does not shorten."""
     capacity: dict[str, float]
     latency_ns: dict[str, float]
     host_scale: dict[int, float] = field(default_factory=dict)  # host index -> NIC capacity factor
     burst: dict[str, float] = field(default_factory=dict)
+    overhead_ns: dict[str, float] = field(default_factory=dict)
+
+    def step_ns(self, c: str) -> float:
+        """ns a latency step of link class c takes: the link's latency and the software's."""
+        return _of(self.latency_ns, c) + _of(self.overhead_ns, c, 0.0)
 
     def scaled(self, bandwidth: float = 1.0, latency: float = 1.0, host_scale: dict[int, float] | None = None,
                capacity: dict[str, float] | None = None, latency_ns: dict[str, float] | None = None,
@@ -61,7 +68,8 @@ class LinkParams:
         hs = dict(self.host_scale)
         for h, k in (host_scale or {}).items():
             hs[h] = hs.get(h, 1.0) * k
-        return LinkParams(cap, lat, hs, dict(self.burst))  # a faster link keeps its bucket's depth
+        return LinkParams(cap, lat, hs, dict(self.burst), dict(self.overhead_ns))  # a faster link keeps its bucket's
+        # depth, and the software its time
 
 
 @dataclass
@@ -88,7 +96,7 @@ class LinkFlows:
         latency a transfer shorter than it had, replay/linkfit.py)."""
         cap = np.array([_of(prm.capacity, k) * (prm.host_scale.get(int(h), 1.0) if k in HOST_PORTS else 1.0)
                         for k, h in zip(self.link_kind, self.link_host)], np.float64)
-        lat = self.lat_steps * np.array([_of(prm.latency_ns, c) for c in self.link_class], np.float64)
+        lat = self.lat_steps * np.array([prm.step_ns(c) for c in self.link_class], np.float64)
         size = self.bytes
         if factor is not None:
             size = size * factor

@@ -160,13 +160,14 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     net = sc.network
     measured = links.build(g.colls, run_hosts)
     starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
+    rates = _testbed_rates(run)  # run.json's tc rates, read once
+    nominal_gbps = net.nic_bandwidth_gbps or (min(rates.values()) / 8e3 if rates else None)  # a ring's slowest
     if net.calibrate == "nccl_tests":  # one collective at a time: the alpha-beta fit is each link alone
         fitted = linkfit.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests))
     else:
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
-                             g.colls.op.astype(object).to_numpy()[measured.coll_row])
-    rates = _testbed_rates(run)  # run.json's tc rates, read once
-    nominal_gbps = net.nic_bandwidth_gbps or (min(rates.values()) / 8e3 if rates else None)  # a ring's slowest
+                             g.colls.op.astype(object).to_numpy()[measured.coll_row],
+                             latency_bound_ns=_latency_bound(run, net, nominal_gbps))
     over = net.packet_links
     prm = fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
@@ -214,12 +215,18 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         nominal = _nominal_rates(rates) if c == links.INTER else ""
         st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
-                        f"step, from {how} (the model alone {100 * rms:.1f}% rms off the measured transfers; each "
+                        f"step{_software(fitted.params, c)}, from {how} (the model alone {100 * rms:.1f}% rms off the measured transfers; each "
                         f"transfer keeps the rest as its own factor){nominal}")
     off = _off_nominal(fitted, nominal_gbps)
     if off:
         st.notes.append(off)
     st.notes += [n for n in fitted.notes + lf.notes if n not in st.notes]
+
+
+def _software(prm: links.LinkParams, c: str) -> str:
+    """ ' and N us of software', where the fit split software time per step from class c's latency."""
+    over = prm.overhead_ns.get(c, 0.0)
+    return f" and {over / 1e3:.4g} us of software" if over else ""
 
 
 # a fitted NIC capacity further than this from the NICs' nominal rate is a failed fit, and said so
@@ -263,11 +270,36 @@ def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, nom
     return replace(prm, capacity={**prm.capacity, links.OPTICAL: cap}, latency_ns={**prm.latency_ns, links.OPTICAL: lat})
 
 
+# an Ethernet frame's header, and the frame where run.json names no MTU
+ETH_HEADER_BYTES, DEFAULT_MTU_BYTES = 14, 1500
+
+
+def _latency_bound(run, net, nominal_gbps: float | None) -> dict[str, float] | None:
+    """The most latency per step the hosts' links can have (ns, inter_node): their round trip ([network] rtt_us, else
+    run.json's testbed rtt_us) and one frame's serialization at the NICs' nominal rate (the frame: run.json's
+    testbed MTU, else 1500 bytes; with no nominal rate, the round trip alone). None where the round trip is unknown."""
+    bed = _testbed(run)
+    rtt_us = net.rtt_us or bed.get("rtt_us")
+    if not rtt_us:
+        return None
+    frame_ns = (int(bed.get("mtu") or DEFAULT_MTU_BYTES) + ETH_HEADER_BYTES) / nominal_gbps if nominal_gbps else 0.0
+    return {links.INTER: float(rtt_us) * 1e3 + frame_ns}
+
+
+def _testbed(run) -> dict:
+    """run.json's testbed block ({} where there is none)."""
+    try:
+        bed = run.run_manifest().get("testbed")
+    except AttributeError:
+        return {}
+    return bed if isinstance(bed, dict) else {}
+
+
 def _testbed_rates(run) -> dict[int, float]:
     """Per host, the NIC rate (Mbit/s) the run was shaped to, where run.json's testbed block says (the tc rates)."""
     try:
-        return {int(x["host"]): float(x["rate_mbit"]) for x in run.run_manifest()["testbed"]["links"]}
-    except (AttributeError, KeyError, TypeError, ValueError):
+        return {int(x["host"]): float(x["rate_mbit"]) for x in _testbed(run)["links"]}
+    except (KeyError, TypeError, ValueError):
         return {}
 
 

@@ -88,6 +88,9 @@ class NetworkSpec:
     # the run's NICs' rate as sold (GB/s; default: run.json's testbed rate): an [optical] circuit's rate is
     # relative to it (the links model gives circuits the efficiency the run's NICs reached)
     nic_bandwidth_gbps: float | None = key(None, positive)
+    # the round trip between the run's hosts (us; default: run.json's testbed rtt_us): the links model's fitted
+    # latency per step is at most this plus one frame's serialization; the rest is software (replay/linkfit.py)
+    rtt_us: float | None = key(None, positive)
 
     @property
     def changes_network(self) -> bool:

@@ -2,7 +2,11 @@
 Checked against what the testbed runs were recorded under (their tc rates), and the per-host NIC key."""
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
+import pandas as pd
 import pytest
 
 import replay
@@ -344,3 +348,64 @@ def test_overlapped_flows_are_the_ones_that_shared_a_link_in_the_run(runs):
     # collectives shared a link (DDP buckets on gloo's threads), where that model over-counts the link
     res = replay.run(runs["ddp2_2hosts_100mbit"], scenario_from_dict({"network": {"bandwidth_scale": 4.0}}, "x"))
     assert not any("shared a link" in n for n in res.notes)
+
+
+def test_a_fitted_latency_above_the_links_round_trip_is_split_into_the_link_and_software():
+    # lone transfers of three sizes, 80 us per latency step (a ring's 2 steps) and 100 Mbit/s: the regression sees
+    # 80 us; a link whose round trip and frame take 30 us cannot have more, the other 50 us are software
+    rng = np.random.default_rng(1)
+    sizes = rng.choice([100e3, 400e3, 1600e3], 30)
+    colls = pd.DataFrame({"op": ["all_reduce"] * 30, "bytes": pd.array(sizes.astype(int), dtype="Int64"),
+                          "group_size": [2] * 30, "ranks": [[0, 1]] * 30})
+    lf = links.build(colls, {0: 0, 1: 1})
+    truth = links.LinkParams({"intra_node": 10.0, "inter_node": 100 / 8e3}, {"intra_node": 0.0, "inter_node": 80e3})
+    starts = np.arange(30, dtype=np.int64) * 400_000_000
+    measured = linkfit.transfers(lf, starts, truth)
+    ops = np.array(["all_reduce"] * 30, dtype=object)
+    free = linkfit.fit(lf, starts, measured, ops)
+    bound = linkfit.fit(lf, starts, measured, ops, latency_bound_ns={"inter_node": 30e3})
+    assert free.params.latency_ns["inter_node"] == pytest.approx(80e3, rel=1e-3) and not free.params.overhead_ns
+    assert bound.params.latency_ns["inter_node"] == 30e3
+    assert bound.params.overhead_ns["inter_node"] == pytest.approx(50e3, rel=1e-3)
+    assert any("software per step" in n for n in bound.notes)
+    # the transfers take what they took: the split moves nothing, nor does a bound the fit is under
+    assert (linkfit.transfers(lf, starts, bound.params) == linkfit.transfers(lf, starts, free.params)).all()
+    assert linkfit.fit(lf, starts, measured, ops, latency_bound_ns={"inter_node": 90e3}).params.overhead_ns == {}
+    # the link's latency scales, the software's does not: twice the latency is 30 us more a step, not 80
+    twice_free, twice_bound = free.params.scaled(latency=2.0), bound.params.scaled(latency=2.0)
+    assert twice_free.step_ns("inter_node") == pytest.approx(160e3, rel=1e-3)
+    assert twice_bound.step_ns("inter_node") == pytest.approx(110e3, rel=1e-3)
+
+
+def test_the_round_trip_bounds_the_fitted_latency_of_a_run_and_leaves_bandwidth_what_ifs_alone(runs, tmp_path):
+    run = runs["ddp2_2hosts_100mbit"]
+
+    def step(net):
+        res = replay.run(run, scenario_from_dict({"network": {"model": "links", **net}}, "x"))
+        return res, int(res.summary().predicted_step_ns.max())
+
+    # the fit takes ~210 us a latency step; told of a 1 us round trip and 10 GB/s NICs (this run.json names no MTU:
+    # a 1514-byte frame, 0.15 us), the link keeps 1.15 us of it and the rest is software: a bandwidth what-if is the
+    # same to the ns
+    free, free_ns = step({"bandwidth_scale": 2.0})
+    told, told_ns = step({"bandwidth_scale": 2.0, "rtt_us": 1.0, "nic_bandwidth_gbps": 10.0})
+    assert free.info["links"].params.latency_ns["inter_node"] > 100e3
+    fit = told.info["links"]
+    assert "mtu" not in run.run_manifest()["testbed"]
+    assert fit.params.latency_ns["inter_node"] == pytest.approx(1e3 + 1514 / 10.0)
+    assert fit.params.step_ns("inter_node") == pytest.approx(free.info["links"].params.step_ns("inter_node"))
+    assert told_ns == free_ns
+    assert any("us of software" in n for n in told.notes)
+
+    # run.json's round trip, where the testbed measured it, is the bound when the scenario gives none: the same run
+    # with one recorded (its 100 Mbit/s and a 1514-byte frame: 121 us, and 1 us)
+    assert "rtt_us" not in run.run_manifest()["testbed"]  # recorded before the testbed measured it
+    copy = tmp_path / "with_rtt"
+    shutil.copytree(SAMPLES / "ddp2_2hosts_100mbit", copy, ignore=shutil.ignore_patterns(".tracekit"))
+    manifest = json.loads((copy / "run.json").read_text())
+    manifest["testbed"]["rtt_us"] = 1.0
+    (copy / "run.json").write_text(json.dumps(manifest))
+    with tracekit.open(str(copy)) as measured:
+        res = replay.run(measured, scenario_from_dict({"network": {"model": "links", "bandwidth_scale": 2.0}}, "x"))
+    assert res.info["links"].params.latency_ns["inter_node"] == pytest.approx(1e3 + 1514 / (100 / 8e3))
+    assert int(res.summary().predicted_step_ns.max()) == free_ns

@@ -26,6 +26,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import sys
 
 from .errors import TracekitError
 
@@ -60,6 +61,38 @@ def burst_bytes(frames: str, rate_mbit: float, given: int | None) -> int:
         return int(given)
     per_s = GSO_BURST_S if frames == "gso" else BURST_S
     return max(min_burst_bytes(frames), int(rate_mbit * 1e6 / 8 * per_s))
+
+
+# the round trip's probes: UDP datagrams of RTT_BYTES, the median of RTT_PROBES after RTT_WARMUP unrecorded ones
+RTT_PROBES, RTT_WARMUP, RTT_BYTES, RTT_PORT = 64, 8, 64, 29519
+_ECHO_SERVER = f"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.settimeout(20)
+for _ in range(int(sys.argv[3]) + {RTT_WARMUP}):
+    data, peer = s.recvfrom(2048)
+    s.sendto(data, peer)
+"""
+_ECHO_CLIENT = f"""
+import json, socket, statistics, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1.0)
+got, payload = [], b"x" * {RTT_BYTES}
+deadline = time.monotonic() + 15
+while len(got) < n + {RTT_WARMUP} and time.monotonic() < deadline:
+    t = time.perf_counter_ns()
+    try:
+        s.sendto(payload, (host, port))
+        s.recvfrom(2048)
+    except OSError:  # the server not listening yet, or a datagram lost: try again
+        time.sleep(0.01)
+        continue
+    got.append((time.perf_counter_ns() - t) / 1e3)
+kept = got[{RTT_WARMUP}:]
+print(json.dumps({{"median_us": statistics.median(kept) if kept else None, "probes": len(kept)}}))
+"""
 
 
 class TestbedError(TracekitError):
@@ -275,11 +308,35 @@ class Testbed:
                 err.close()
             return results
 
+    def round_trip_us(self, a: int = 0, b: int = 1, probes: int = RTT_PROBES) -> float:
+        """The median round trip (us) of a small UDP datagram from host a to host b and back, through their links:
+        what the link adds to a message beyond its bytes' time (a process on each host, as a collective's are).
+        This kernel has no ping (no ICMP socket for a script): a UDP echo instead."""
+        import json
+
+        port = RTT_PORT
+        server = self.popen(b, [sys.executable, "-c", _ECHO_SERVER, self.hosts[b].ip, str(port), str(probes)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            client = subprocess.run(self.hosts[a].exec_argv([sys.executable, "-c", _ECHO_CLIENT, self.hosts[b].ip,
+                                                             str(port), str(probes)]),
+                                    capture_output=True, text=True, timeout=30)
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+        try:
+            return float(json.loads(client.stdout)["median_us"])
+        except (ValueError, KeyError, TypeError):
+            raise TestbedError(f"the round trip from host {a} to host {b} could not be measured: "
+                               f"{(client.stderr or client.stdout).strip()[-300:]}") from None
+
     def describe(self) -> dict:
         mtu = FRAMES[self.frames][0]
         how = f"{mtu}-byte frames, no GSO" if self.frames == "jumbo" else f"{mtu}-byte frames, GSO/TSO batches"
         return {"hosts": len(self.hosts), "topology": "veth pair" if self.switch_netns is None else "bridge",
                 "shaping": f"tc tbf per link end, {how}", "frames": self.frames, "mtu": mtu,
+                "rtt_us": round(self.round_trip_us(), 2),
                 "links": [{"host": h.index, "netns": h.netns, "ip": h.ip, "ifname": h.ifname, "rate_mbit": h.rate_mbit,
                            "burst_bytes": burst_bytes(self.frames, h.rate_mbit, self.burst_bytes)
                            if h.rate_mbit is not None else None} for h in self.hosts]}
