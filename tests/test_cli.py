@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import click
 import pytest
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from tracekit import __version__
 from tracekit.cli import cli
 
-from .conftest import tiny_events, write_trace
+from .conftest import REPO, tiny_events, write_trace
 
 
 @pytest.fixture
@@ -48,7 +49,8 @@ def test_ingest_info_query(runner, tiny_dir, tmp_path):
     r = runner.invoke(cli, ["info", str(tiny_dir), "--store", store])
     assert r.exit_code == 0, r.output
     assert "ranks:      0-1 (2 of world size 2)" in r.output
-    assert "steps:      2" in r.output
+    assert "steps:      2 a rank (ProfilerStep#N annotations; replay's median step leaves out each rank's last" \
+        in r.output
     r = runner.invoke(cli, ["info", str(tiny_dir), "--store", store, "--format", "json"])
     info = json.loads(r.output)
     assert info["ranks"] == [0, 1] and info["world_size"] == 2 and info["per_rank"][0]["kernels"] == 2
@@ -229,3 +231,23 @@ def test_table_names_without_units_only_where_they_stay_distinct():
     assert people_name("kernel_time_ns:ncclKernel_AllReduce") == "kernel_time:ncclKernel_AllReduce"
     assert people_name("first_ts_ns") == "first_ts_ns" and people_name("bytes") == "bytes"
     assert people_name("idle_pct") == "idle_pct"
+
+
+@pytest.mark.slow  # replays the sample twice
+def test_readme_first_query_is_ci_s_and_agrees_with_info_and_replay(runner, tmp_path):
+    """The README's first command (which .ci/run runs as written) queries each rank's median step without the
+    last, as replay takes it: the medians are replay's measured steps, and info and replay say what their
+    step counts count."""
+    first = re.search(r"```\n(pip install -e \. && tracekit info .*)\n```", (REPO / "README.md").read_text()).group(1)
+    query = re.search(r'tracekit query sample_traces/ddp4_loopback "([^"]+)"', first).group(1)
+    assert f'tracekit query sample_traces/ddp4_loopback "{query}"' in (REPO / ".ci" / "run").read_text()
+    sample, store = str(REPO / "sample_traces" / "ddp4_loopback"), str(tmp_path / "s")
+    rows = json.loads(runner.invoke(cli, ["query", sample, query, "--store", store, "--format", "json"]).stdout)
+    replayed = json.loads(runner.invoke(cli, ["replay", sample, "--store", store, "--format", "json"]).stdout)
+    assert [r["rank"] for r in rows] == [r["rank"] for r in replayed["ranks"]] == [0, 1, 2, 3]
+    assert [r["steps"] for r in rows] == [r["steps"] for r in replayed["ranks"]] == [2, 2, 2, 2]
+    assert [round(r["median_step_ns"]) for r in rows] == [r["measured_step_ns"] for r in replayed["ranks"]]
+    info = runner.invoke(cli, ["info", sample, "--store", store]).stdout
+    assert "steps:      3 a rank (ProfilerStep#N annotations" in info
+    table = runner.invoke(cli, ["replay", sample, "--store", store]).stdout
+    assert "steps: the medians take 2 of the 3 steps replayed a rank, the last left out" in table
