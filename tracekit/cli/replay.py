@@ -105,8 +105,8 @@ def replay_cmd(trace_dir, scenario, out, ranks, show_steps, fold, fmt, store):
 def _steps_line(used, steps) -> str:
     """What the summary's `steps` counts beside `tracekit info`'s steps (every ProfilerStep#N annotation)."""
     per_rank = steps.groupby("rank").size()
-    n_used = sorted(set(int(n) for n in used))
-    n_all = sorted(set(int(n) for n in per_rank))
+    n_used = sorted({int(n) for n in used})
+    n_all = sorted({int(n) for n in per_rank})
     if len(n_used) == 1 and len(n_all) == 1 and n_used[0] < n_all[0]:
         return (f"the medians take {n_used[0]} of the {n_all[0]} steps replayed a rank, the last left out (the "
                 "profiler may cut it short); --steps lists every one")
