@@ -34,12 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from tracekit import __version__
 from tracekit.errors import StoreError, TracekitError
 from tracekit.store import Store, create_table_view, writer_lock
+from tracekit.store import commit
 from tracekit.store import manifest as _manifest
-from tracekit.store.commit import final_name, new_generation, remove_orphans, switch_manifest, unlink
 from tracekit.store.manifest import Manifest
 from tracekit.store.schema import STORED_EVENT_COLUMNS, TABLES
-from tracekit.ingest.kineto import steps_query
 from tracekit.store.sql import copy_sql, literal_list
+from tracekit.store.steps import steps_query
 
 __all__ = ["write_retimed_store", "is_replay_store", "REPLAY_KIND", "TIMES_COLUMNS"]
 
@@ -71,7 +71,7 @@ def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict)
     atomically: new files under fresh names, then the manifest switch, then the old
     files removed). Anything else is refused. A new store is built beside out_dir and
     renamed into place, so out_dir never holds a half-written store; the source store
-    is only read.
+    is only read. Both go through the store's one commit path (tracekit.store.commit).
     """
     import duckdb
 
@@ -90,38 +90,15 @@ def write_retimed_store(src_store_dir: str, out_dir: str, times, *, label: dict)
         con.register("_times", tbl)
         create_table_view(con, "_src_events", src.files("events"), TABLES["events"])
         _check_times(con, out)
-        gen = new_generation()
+        build = lambda staging: _build(con, src, staging, full_label, tbl)  # noqa: E731
         if mode == "replace":
             with writer_lock(out):
                 if _out_mode(out) != "replace":  # changed while we waited for the lock
                     raise TracekitError(f"{out}: changed while waiting to write; run the replay again")
-                written: list[str] = []
-                try:
-                    manifest = _build(con, src, out, gen, full_label, written, tbl)
-                    switch_manifest(out, manifest)
-                except BaseException:
-                    for p in written:  # never named by a manifest: the previous replay stays as it was
-                        unlink(p)
-                    raise
-                remove_orphans(out, manifest)
+                commit.rewrite(out, build)
         else:
-            parent, name = os.path.split(out)
-            try:
-                os.makedirs(parent, exist_ok=True)
-            except OSError as e:
-                raise StoreError(f"{out}: cannot create the directory ({e.strerror})") from None
-            tmp = os.path.join(parent, f".{name}.replay-{gen}")
-            try:
-                os.mkdir(tmp)
-                manifest = _build(con, src, tmp, gen, full_label, [], tbl)
-                switch_manifest(tmp, manifest)
-                try:
-                    os.rename(tmp, out)  # replaces an empty directory; fails on a non-empty one
-                except OSError as e:
-                    raise TracekitError(f"{out}: could not move the replayed store into place ({e.strerror}); "
-                                        "was the directory filled meanwhile? run the replay again") from None
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            with commit.new_store(out) as fresh:
+                commit.rewrite(fresh, build)
     except duckdb.Error as e:
         raise TracekitError(f"{out}: writing the replayed store failed: {str(e).splitlines()[0]}") from None
     except OSError as e:
@@ -261,23 +238,24 @@ def _copy(cur, select: str, target: str, params=None) -> None:
     cur.execute(sql, params) if params is not None else cur.execute(sql)
 
 
-def _build(con, src: Store, dest: str, gen: str, label: dict, written: list[str], times) -> Manifest:
-    """Write every table of every source under `dest` with final names; return the new manifest."""
+def _build(con, src: Store, staging: str, label: dict, times) -> tuple[Manifest, dict]:
+    """Write every table of every source under `staging` (commit.rewrite moves them to their final names);
+    return the manifest to commit and, per source, (rank, table -> staged paths)."""
     m = src.manifest
     sources = {}
+    staged = {}
     jobs = []
-    for source in sorted(m.sources):
+    for k, source in enumerate(sorted(m.sources)):
         entry = m.sources[source]
         files: dict[str, list[str]] = {}
         for table in TABLES:
             old = entry.files.get(table, [])
             n = 1 if entry.kind == "trace" and table in _RETIMED and old else len(old)
-            files[table] = [final_name(table, entry.rank, source, gen, i) for i in range(n)]
-        for t in files.values():
-            for rel in t:
-                os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
-                written.append(os.path.join(dest, rel))
-        sources[source] = dataclasses.replace(entry, files=files)
+            files[table] = [os.path.join(staging, str(k), table, f"{i}.parquet") for i in range(n)]
+            if n:
+                os.makedirs(os.path.join(staging, str(k), table), exist_ok=True)
+        sources[source] = dataclasses.replace(entry, files={})
+        staged[source] = (entry.rank, files)
         jobs.append((entry, files))
 
     def one(job) -> None:
@@ -285,7 +263,7 @@ def _build(con, src: Store, dest: str, gen: str, label: dict, written: list[str]
         cur = con.cursor()  # a cursor is its own connection: the Arrow table is registered on each
         try:
             cur.register("_times", times)
-            _write_source(cur, src, dest, entry, files)
+            _write_source(cur, src, entry, files)
         finally:
             cur.close()
 
@@ -298,21 +276,21 @@ def _build(con, src: Store, dest: str, gen: str, label: dict, written: list[str]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracekit-replay-write") as pool:
             for f in [pool.submit(one, job) for job in jobs]:
                 f.result()
-    return Manifest(trace_dir=m.trace_dir, sources=sources, skipped=dict(m.skipped), label=label)
+    return Manifest(trace_dir=m.trace_dir, sources=sources, skipped=dict(m.skipped), label=label), staged
 
 
-def _write_source(cur, src: Store, dest: str, entry, files: dict[str, list[str]]) -> None:
-    path = lambda rel: os.path.join(dest, rel)  # noqa: E731
+def _write_source(cur, src: Store, entry, files: dict[str, list[str]]) -> None:
+    """One source's tables into `files` (table -> the paths to write)."""
     abs_src = lambda table: [os.path.join(src.path, p) for p in entry.files.get(table, [])]  # noqa: E731
     for table, rels in files.items():  # copied tables: the bytes as they are
         if entry.kind == "trace" and table in _RETIMED:
             continue
-        for old, rel in zip(abs_src(table), rels):
-            shutil.copyfile(old, path(rel))
+        for old, new in zip(abs_src(table), rels):
+            shutil.copyfile(old, new)
     if entry.kind != "trace" or not files.get("events"):
         return
     r = int(entry.rank)
-    new_events = path(files["events"][0])
+    new_events = files["events"][0]
     ev_cols = ", ".join(
         f"CAST(coalesce(t.{c}, e.{c}) AS BIGINT) AS {c}" if c in ("ts_ns", "dur_ns") else f"e.{c}"
         for c, _t, _ in STORED_EVENT_COLUMNS)
@@ -324,9 +302,9 @@ def _write_source(cur, src: Store, dest: str, entry, files: dict[str, list[str]]
     ev = _files_sql([new_events])
 
     if files.get("steps"):
-        # the ingest's definition (tracekit.ingest.kineto.steps_query) on the re-timed events;
+        # the ingest's definition (tracekit.store.steps.steps_query) on the re-timed events;
         # tests/test_replay_chrome.py checks that ingesting the written-out traces gives the same rows
-        _copy(cur, f"SELECT {_cast_cols('steps')} FROM ({steps_query(ev)})", path(files["steps"][0]))
+        _copy(cur, f"SELECT {_cast_cols('steps')} FROM ({steps_query(ev)})", files["steps"][0])
 
     if files.get("flows"):
         _copy(cur, f"""
@@ -334,17 +312,17 @@ def _write_source(cur, src: Store, dest: str, entry, files: dict[str, list[str]]
             FROM {_files_sql(abs_src("flows"))} f
             LEFT JOIN (SELECT event_id, ts_ns FROM {ev} WHERE ph IN ('s', 'f')) s ON s.event_id = f.start_event_id
             LEFT JOIN (SELECT event_id, ts_ns FROM {ev} WHERE ph IN ('s', 'f')) e ON e.event_id = f.end_event_id
-            ORDER BY coalesce(f.start_event_id, f.end_event_id)""", path(files["flows"][0]))
+            ORDER BY coalesce(f.start_event_id, f.end_event_id)""", files["flows"][0])
 
     if files.get("memory"):
         _copy(cur, f"""
             SELECT {_cast_cols("memory", {"ts_ns": "e.ts_ns", "event_id": "m.event_id"})}
             FROM {_files_sql(abs_src("memory"))} m
             JOIN (SELECT event_id, ts_ns FROM {ev} WHERE ph = 'i') e ON e.event_id = m.event_id
-            ORDER BY e.ts_ns, m.event_id""", path(files["memory"][0]))
+            ORDER BY e.ts_ns, m.event_id""", files["memory"][0])
 
     if files.get("ranks"):
         span = f"(SELECT count(*) AS n, min(ts_ns) AS t0, max(ts_ns + coalesce(dur_ns, 0)) AS t1 FROM {ev})"
         _copy(cur, f"""
             SELECT {_cast_cols("ranks", {"event_count": "span.n", "first_ts_ns": "span.t0", "last_end_ns": "span.t1"})}
-            FROM {_files_sql(abs_src("ranks"))} r, {span} span""", path(files["ranks"][0]))
+            FROM {_files_sql(abs_src("ranks"))} r, {span} span""", files["ranks"][0])

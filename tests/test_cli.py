@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import click
 import pytest
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from tracekit import __version__
 from tracekit.cli import cli
 
-from .conftest import tiny_events, write_trace
+from .conftest import REPO, tiny_events, write_trace
 
 
 @pytest.fixture
@@ -48,7 +49,8 @@ def test_ingest_info_query(runner, tiny_dir, tmp_path):
     r = runner.invoke(cli, ["info", str(tiny_dir), "--store", store])
     assert r.exit_code == 0, r.output
     assert "ranks:      0-1 (2 of world size 2)" in r.output
-    assert "steps:      2" in r.output
+    assert "steps:      2 a rank (ProfilerStep#N annotations; replay's median step leaves out each rank's last" \
+        in r.output
     r = runner.invoke(cli, ["info", str(tiny_dir), "--store", store, "--format", "json"])
     info = json.loads(r.output)
     assert info["ranks"] == [0, 1] and info["world_size"] == 2 and info["per_rank"][0]["kernels"] == 2
@@ -190,10 +192,12 @@ def test_tables_in_human_units_csv_and_json_raw(runner, tiny_dir, tmp_path):
          "0.784::DOUBLE AS busbw_gbps, 'nan'::DOUBLE AS ratio, NULL::BIGINT AS wait_ns")
     args = ["query", str(tiny_dir), q, "--store", str(tmp_path / "s")]
     table = runner.invoke(cli, args).stdout.splitlines()
-    assert table[0].split() == ["step_ns", "first_ts_ns", "bytes", "busbw_gbps", "ratio", "wait_ns"]
-    # durations, sizes and rates for people; a point in time stays on the trace's clock
+    # durations, sizes and rates for people under names without the raw unit; a point in time stays on the
+    # trace's clock under its own name; the columns empty on every row (ratio, wait_ns) are left out
+    assert table[0].split() == ["step", "first_ts_ns", "bytes", "busbw"]
     assert table[2].split() == ["89.5", "ms", "1733140000000000000", "2.0", "MiB", "784", "MB/s"]
     csv = runner.invoke(cli, [*args, "--format", "csv"]).stdout.splitlines()
+    assert csv[0] == "step_ns,first_ts_ns,bytes,busbw_gbps,ratio,wait_ns"
     assert csv[1] == "89478383,1733140000000000000,2097152,0.784,,"
     row = json.loads(runner.invoke(cli, [*args, "--format", "json"]).stdout)[0]
     assert row == {"step_ns": 89478383, "first_ts_ns": 1733140000000000000, "bytes": 2097152, "busbw_gbps": 0.784,
@@ -208,3 +212,42 @@ def test_info_formats_and_notes_on_stderr(runner, tmp_path):
     assert r.exit_code == 0 and "note: 1 of 2 ranks present" in r.stderr and "note:" not in r.stdout
     assert json.loads(runner.invoke(cli, ["info", str(d), "--store", store, "--format", "json"]).stdout)["ranks"] == [0]
     assert runner.invoke(cli, ["info", str(d), "--store", store, "--format", "text"]).exit_code == 2
+
+
+def test_table_names_without_units_only_where_they_stay_distinct():
+    """tracekit.output.table: a column keeps its raw name where dropping the unit would give two columns one
+    name; an empty frame names its columns as a full one does; a column empty on some rows only is kept."""
+    import pandas as pd
+
+    from tracekit.output import people_name, table
+
+    df = pd.DataFrame({"wait_ns": [1500, 2500], "wait": ["a", "b"], "peak_bytes": [1024, None],
+                       "total_bytes": [None, None]})
+    lines = table(df).splitlines()
+    assert lines[0].split() == ["wait_ns", "wait", "peak"]
+    assert lines[2].split() == ["1.5", "µs", "a", "1.0", "KiB"] and lines[3].split() == ["2.5", "µs", "b"]
+    assert table(df.head(0)).splitlines() == ["(no rows)", "wait_ns  wait  peak  total"]
+    assert people_name("busbw_gbps:all_reduce") == "busbw:all_reduce"
+    assert people_name("kernel_time_ns:ncclKernel_AllReduce") == "kernel_time:ncclKernel_AllReduce"
+    assert people_name("first_ts_ns") == "first_ts_ns" and people_name("bytes") == "bytes"
+    assert people_name("idle_pct") == "idle_pct"
+
+
+@pytest.mark.slow  # replays the sample twice
+def test_readme_first_query_is_ci_s_and_agrees_with_info_and_replay(runner, tmp_path):
+    """The README's first command (which .ci/run runs as written) queries each rank's median step without the
+    last, as replay takes it: the medians are replay's measured steps, and info and replay say what their
+    step counts count."""
+    first = re.search(r"```\n(pip install -e \. && tracekit info .*)\n```", (REPO / "README.md").read_text()).group(1)
+    query = re.search(r'tracekit query sample_traces/ddp4_loopback "([^"]+)"', first).group(1)
+    assert f'tracekit query sample_traces/ddp4_loopback "{query}"' in (REPO / ".ci" / "run").read_text()
+    sample, store = str(REPO / "sample_traces" / "ddp4_loopback"), str(tmp_path / "s")
+    rows = json.loads(runner.invoke(cli, ["query", sample, query, "--store", store, "--format", "json"]).stdout)
+    replayed = json.loads(runner.invoke(cli, ["replay", sample, "--store", store, "--format", "json"]).stdout)
+    assert [r["rank"] for r in rows] == [r["rank"] for r in replayed["ranks"]] == [0, 1, 2, 3]
+    assert [r["steps"] for r in rows] == [r["steps"] for r in replayed["ranks"]] == [2, 2, 2, 2]
+    assert [round(r["median_step_ns"]) for r in rows] == [r["measured_step_ns"] for r in replayed["ranks"]]
+    info = runner.invoke(cli, ["info", sample, "--store", store]).stdout
+    assert "steps:      3 a rank (ProfilerStep#N annotations" in info
+    table = runner.invoke(cli, ["replay", sample, "--store", store]).stdout
+    assert "steps: the medians take 2 of the 3 steps replayed a rank, the last left out" in table

@@ -216,5 +216,9 @@ def test_markdown_and_junit_in_human_units_json_raw():
     assert "| `step_time_ns` | 89.5 ms | 95 ms | " in md and "| 10 ms |" in md
     assert "| 12.3 GB/s | 51.9 MB/s |" in md and "| 3.0 GiB |  |" in md
     assert "baseline median 89.5 ms, candidate 95 ms, threshold 10 ms" in render.junit(result)
+    # the terminal table shows values in human units under names without the raw unit; Markdown and JUnit
+    # name each metric as a config's thresholds do
+    assert [r["metric"] for r in render.summary_rows(result)] == ["step_time", "busbw:all_reduce", "peak_memory"]
+    assert "| `busbw_gbps:all_reduce` | 12.3 GB/s |" in md and 'name="busbw_gbps:all_reduce"' in render.junit(result)
     doc = json.loads(render.to_json(result))
     assert doc["metrics"][0]["baseline_median"] == 89478383.0 and doc["metrics"][0]["effect_size"] is None

@@ -392,3 +392,46 @@ def test_a_failed_write_leaves_the_previous_replay_and_no_debris(src, tmp_path, 
     with pytest.raises(TracekitError, match="No space left"):
         write_retimed_store(str(src), str(tmp_path / "fresh"), _times(src), label={})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # neither the store nor its build folder
+
+
+def test_a_failed_manifest_switch_removes_the_moved_files(src, tmp_path, monkeypatch):
+    """The writer commits through tracekit.store.commit: files moved to their final names before a failed
+    manifest switch are removed again, and the previous replay is what a reader sees."""
+    from tracekit.store import commit
+
+    out = tmp_path / "r"
+    write_retimed_store(str(src), str(out), _times(src), label={"scenario": "kept"})
+    before = _tree_hash(out)
+
+    def failing(store_dir, manifest):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(commit, "switch_manifest", failing)
+    with pytest.raises(TracekitError, match="No space left"):
+        write_retimed_store(str(src), str(out), _times(src), label={"scenario": "lost"})
+    assert {k: v for k, v in _tree_hash(out).items() if k != "lock"} == \
+        {k: v for k, v in before.items() if k != "lock"}
+    assert not (out / "staging").exists()
+    assert Store(out).manifest.label["scenario"] == "kept"
+
+
+def test_a_directory_filled_while_writing_is_left_alone(src, tmp_path, monkeypatch):
+    """A new store is renamed into place only onto an absent or empty directory: one filled meanwhile keeps
+    its contents, the error names it, and no build folder is left beside it."""
+    from tracekit.store import commit
+
+    out = tmp_path / "new"
+    real = commit.rewrite
+
+    def filling(store_dir, build):
+        manifest = real(store_dir, build)
+        out.mkdir()
+        (out / "notes.txt").write_text("keep me")
+        return manifest
+
+    monkeypatch.setattr(commit, "rewrite", filling)
+    with pytest.raises(TracekitError) as e:
+        write_retimed_store(str(src), str(out), _times(src), label={})
+    assert str(out) in str(e.value) and "filled meanwhile" in str(e.value)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new"]

@@ -144,6 +144,18 @@ def test_cli_whatif_simplest_file_as_written(tmp_path):
     assert len(doc) == 1 and doc[0]["scenario"] == "s"
     assert {"scenario", "measured_step_ns", "predicted_step_ns", "change_pct"} <= set(doc[0])
     assert doc[0]["change_pct"] < -50
+    # the failure columns a scenario without [failures] leaves empty: kept in CSV and JSON, left out of the
+    # table, whose other columns show human units under names without the raw unit
+    empty = ["reconfigurations", "goodput_pct", "effective_training_pct", "time_to_train_h"]
+    assert all(doc[0][c] is None for c in empty)
+    res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "ddp2_2hosts_100mbit"), str(s), "--store",
+                                   str(tmp_path / "st"), "--format", "csv"])
+    assert res.stdout.splitlines()[0].split(",")[-4:] == empty
+    res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "ddp2_2hosts_100mbit"), str(s), "--store",
+                                   str(tmp_path / "st")])
+    head = res.stdout.splitlines()[0].split()
+    assert head[:3] == ["scenario", "measured_step", "predicted_step"] and not set(empty) & set(head)
+    assert " ms " in res.stdout.splitlines()[2] + " "
 
 
 @pytest.mark.parametrize("text, message", [

@@ -3,21 +3,19 @@ notes on stderr, error handling."""
 from __future__ import annotations
 
 import functools
-import io
 
 import click
 
 from ..errors import TracekitError
-from ..output import human, json_value, to_json, unit_of
-
-FORMATS = ("table", "csv", "json")
+from ..output import FORMATS, render
 
 
 def format_option(formats: tuple[str, ...] = FORMATS):
     scripts = " or ".join(f.upper() for f in formats if f != "table")
     return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True,
-                        help=f"Output format: an aligned table for people (human units), {scripts} for scripts "
-                             "(raw numbers, the unit in the column name).")
+                        help=f"Output format: an aligned table for people (human units, the unit left out of the "
+                             f"column name, columns empty on every row left out), {scripts} for scripts "
+                             "(raw numbers, the unit in the column name, every column).")
 
 
 def store_option():
@@ -47,58 +45,14 @@ class _Fail(click.ClickException):
 
 
 def emit(df, fmt: str) -> None:
-    """Print a DataFrame as a table (human units, see tracekit.output), CSV or JSON (a list of row
-    objects); CSV and JSON keep the raw numbers."""
-    if fmt == "json":
-        click.echo(to_json(df))
-    elif fmt == "csv":
-        buf = io.StringIO()
-        df.to_csv(buf, index=False)
-        click.echo(buf.getvalue(), nl=False)
-    else:
-        click.echo(render_table(df))
+    """Print a DataFrame as a table, CSV or JSON (tracekit.output.render)."""
+    click.echo(render(df, fmt), nl=False)
 
 
 def emit_result(df, fmt: str) -> None:
     """A library result: its note (df.attrs["note"]) on stderr, then the frame on stdout."""
     echo_notes([df.attrs["note"]] if df.attrs.get("note") else [])
     emit(df, fmt)
-
-
-def render_table(df) -> str:
-    if df.empty:
-        return "(no rows)\n" + "  ".join(str(c) for c in df.columns)
-    cols = [str(c) for c in df.columns]
-    units = [unit_of(c) for c in cols]
-    raw = [[json_value(v) for v in row] for row in df.itertuples(index=False, name=None)]
-    cells = [[_cell(v, u) for v, u in zip(row, units)] for row in raw]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    numeric = [all(v is None or _is_num(v) for v in (r[i] for r in raw)) for i in range(len(cols))]
-    fmt = lambda vals: "  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(vals, widths, numeric)).rstrip()  # noqa: E731
-    lines = [fmt(cols), "  ".join("-" * w for w in widths)] + [fmt(r) for r in cells]
-    return "\n".join(lines)
-
-
-def _cell(v, unit: str | None) -> str:
-    if v is None:
-        return ""
-    shown = human(v, unit)
-    if shown is not None:
-        return shown
-    if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.0f}"
-    s = str(v)
-    return s if len(s) <= 80 else s[:77] + "..."
-
-
-def _is_num(v) -> bool:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return True
-    try:
-        float(str(v))
-        return True
-    except ValueError:
-        return False
 
 
 def echo_err(msg: str) -> None:

@@ -1,10 +1,9 @@
 """`tracekit doctor`: what slows this job, ranked, each with its fix and the replay's predicted saving."""
 from __future__ import annotations
 
-import json
-
 import click
 
+from ..output import to_json
 from ._common import fail_cleanly, store_option
 
 
@@ -35,6 +34,6 @@ def doctor_cmd(trace_dir, fmt, out, store):
     with tracekit.open(trace_dir, store=store) as run:
         findings = doctor(run, out_dir=out)
     if fmt == "json":
-        click.echo(json.dumps(findings, indent=2))
+        click.echo(to_json(findings))
     else:
         click.echo((markdown if fmt == "markdown" else table)(findings), nl=False)

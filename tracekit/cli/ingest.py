@@ -91,7 +91,7 @@ def info_cmd(trace_dir, store, fmt):
         has_ops = info["per_rank"]["gpu_ops"].sum() > 0
         devices = "unknown (the traces have device ops but no deviceProperties)" if has_ops else "none (CPU-only trace)"
     click.echo(f"devices:    {devices}")
-    click.echo(f"steps:      {info['steps']}")
+    click.echo(f"steps:      {_steps(info['per_rank']['steps'])}")
     if info["first_ts_ns"] is not None:
         click.echo(f"time span:  {duration(info['last_end_ns'] - info['first_ts_ns'])}")
     click.echo(f"events:     {info['event_count']}")
@@ -123,4 +123,15 @@ def _ranges(ranks: list[int]) -> str:
     if start is not None:
         out.append(f"{start}-{prev}" if prev != start else str(start))
     return ", ".join(out) or "none"
+
+
+def _steps(counts) -> str:
+    """What `steps` counts, so that it reads right beside replay's figure (the steps in its medians)."""
+    lo, hi = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
+    if not hi:
+        return "0 (no ProfilerStep#N annotations: replay has no step to compare)"
+    if hi == 1:
+        return f"{lo}-1 a rank (ProfilerStep#N annotations)" if lo != hi else "1 a rank (ProfilerStep#N annotations)"
+    return (f"{hi if lo == hi else f'{lo}-{hi}'} a rank (ProfilerStep#N annotations; replay's median step leaves "
+            "out each rank's last, which the profiler may cut short)")
 

@@ -92,9 +92,23 @@ def replay_cmd(trace_dir, scenario, out, ranks, show_steps, fold, fmt, store):
             d["out"] = written
         click.echo(to_json(d))
         return
-    emit(result.steps if show_steps else result.summary(), fmt)
+    summary = result.summary()
+    emit(result.steps if show_steps else summary, fmt)
     if fmt == "table":
-        click.echo(f"\n{d['nodes']:,} nodes, {d['edges']:,} edges, {d['collectives']:,} collectives; "
+        click.echo("" if show_steps else f"\nsteps: {_steps_line(summary['steps'], result.steps)}")
+        click.echo(f"{d['nodes']:,} nodes, {d['edges']:,} edges, {d['collectives']:,} collectives; "
                    f"graph {d['build_s']:.2f} s, replay {d['replay_s']:.3f} s; worst rank error {d['error_pct']:+.2f}%")
         if written:
             click.echo(f"wrote {written} (store) and {os.path.join(written, CHROME_TRACE)}")
+
+
+def _steps_line(used, steps) -> str:
+    """What the summary's `steps` counts beside `tracekit info`'s steps (every ProfilerStep#N annotation)."""
+    per_rank = steps.groupby("rank").size()
+    n_used = sorted({int(n) for n in used})
+    n_all = sorted({int(n) for n in per_rank})
+    if len(n_used) == 1 and len(n_all) == 1 and n_used[0] < n_all[0]:
+        return (f"the medians take {n_used[0]} of the {n_all[0]} steps replayed a rank, the last left out (the "
+                "profiler may cut it short); --steps lists every one")
+    return "the steps replayed a rank that the medians take (a rank's last is left out when it has others)"
+

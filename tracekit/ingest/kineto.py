@@ -25,9 +25,10 @@ import duckdb
 import msgspec
 
 from ..errors import TraceFileError
-from ..store.devices import DEVICE_LANE_MARKERS, DEVICE_OP_CATEGORIES, RUNTIME_CATEGORIES, sql_in
+from ..store.devices import DEVICE_OP_CATEGORIES, sql_in
 from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
 from ..store.sql import copy_sql, literal, literal_list
+from ..store.steps import steps_query
 from .reader import CHUNK_BYTES, TraceStream
 
 try:  # the compiled events decoder (setup.py); without it every run takes DuckDB's JSON reader
@@ -579,33 +580,6 @@ def _info_rank(path: str, info: dict, world_size: int | None) -> int:
                                    f"integer in {where}; fix the trace's distributedInfo, or pass --rank-from "
                                    "filename/order to take ranks from the file names")
     return r
-
-
-def steps_query(ev: str) -> str:
-    """The steps table from the events relation `ev` (ingest's derived table, and the replay writer's on the
-    re-timed events): a step is a host ProfilerStep#N complete event (not its GPU mirror); its GPU span runs
-    from the first start to the last end of the GPU ops whose launching runtime call starts inside it."""
-    return f"""
-            WITH s AS (
-              SELECT TRY_CAST(regexp_extract(name, 'ProfilerStep#(\\d+)', 1) AS BIGINT) AS step, name,
-                     ts_ns, dur_ns, ts_ns + dur_ns AS end_ns, pid, tid
-              FROM {ev} WHERE ph = 'X' AND name LIKE 'ProfilerStep#%' AND dur_ns IS NOT NULL
-                AND coalesce(cat NOT IN {sql_in(DEVICE_LANE_MARKERS)}, true)),
-            launch AS (
-              SELECT ts_ns, correlation FROM {ev}
-              WHERE cat IN {sql_in(RUNTIME_CATEGORIES)} AND correlation IS NOT NULL),
-            gpu AS (
-              SELECT correlation, min(ts_ns) AS g0, max(ts_ns + dur_ns) AS g1 FROM {ev}
-              WHERE cat IN {sql_in(DEVICE_OP_CATEGORIES)} AND correlation IS NOT NULL GROUP BY correlation),
-            sg AS (
-              SELECT s.step, s.ts_ns, min(gpu.g0) AS gpu_start_ns, max(gpu.g1) AS gpu_end_ns
-              FROM s JOIN launch l ON l.ts_ns >= s.ts_ns AND l.ts_ns < s.end_ns
-                     JOIN gpu ON gpu.correlation = l.correlation
-              GROUP BY s.step, s.ts_ns)
-            SELECT s.step, s.name, s.ts_ns, s.dur_ns, s.end_ns, s.pid, s.tid,
-                   sg.gpu_start_ns, sg.gpu_end_ns,
-                   s.ts_ns = max(s.ts_ns) OVER () AS is_last
-            FROM s LEFT JOIN sg USING (step, ts_ns) ORDER BY s.ts_ns"""
 
 
 def _derived_tables(con, stage_dir: str, ev: str, comm_parts: list[str]) -> dict[str, list[str]]:

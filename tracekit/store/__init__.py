@@ -9,7 +9,7 @@ Layout (readable by DuckDB, Spark or Trino as hive-partitioned Parquet):
     <store>/lock                                held by the one writer
 
 Every write goes through commit.py (staging, final names, the manifest switch, orphan removal);
-SQL text is built with sql.py. The store is the only input downstream of ingest: the trace
+SQL text is built with sql.py; the steps table is defined once, in steps.py, for ingest and the replay's writer. The store is the only input downstream of ingest: the trace
 directory's run.json is a table here too (Store.run_manifest).
 
 The default store of a trace directory is `<dir>/.tracekit/`; when that

@@ -6,16 +6,24 @@ never overwrites a file a reader may hold), moving staged files there, the manif
 commit point: write, fsync, rename) and removing the files no manifest names any more. A crash at any
 moment leaves the old or the new manifest, and both name complete files; the next commit removes
 the leftovers.
+
+Ingest commits the sources it read into the store's manifest (place, switch_manifest, remove_orphans);
+a writer that builds every file of a store anew (the replay's) commits with `rewrite`, and a store that
+does not exist yet is built beside its directory and renamed into place (`new_store`), so the
+directory never holds a half-written store.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 
+from ..errors import StoreError
 from .manifest import MANIFEST, Manifest
 from .schema import CACHE_DIR, TABLES
 
@@ -76,6 +84,59 @@ def switch_manifest(store_dir: str, manifest: Manifest) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+def rewrite(store_dir: str, build: Callable[[str], tuple[Manifest, dict[str, tuple[int, dict[str, list[str]]]]]]
+            ) -> Manifest:
+    """Replace the whole contents of the store at `store_dir` in one commit; return the manifest committed.
+
+    build(staging) writes every file under the directory `staging` (inside the store, never read) and returns
+    the manifest to commit with, per source in it, (rank, table -> staged file paths). The staged files are
+    moved to their final names and the manifest switched; the files no manifest names any more go. A failure
+    before the switch removes what it had moved (no manifest names it) and the staging directory: the store
+    stays as it was. The caller holds the store's writer lock when others may write it."""
+    gen = new_generation()
+    placed: list[str] = []
+    try:
+        manifest, staged = build(staging_dir(store_dir, gen))
+        try:
+            for source, (rank, files) in staged.items():
+                manifest.sources[source].files = place(store_dir, gen, source, rank, files)
+                placed += [os.path.join(store_dir, p) for ps in manifest.sources[source].files.values() for p in ps]
+            switch_manifest(store_dir, manifest)
+        except BaseException:
+            for path in placed:
+                unlink(path)
+            raise
+    finally:
+        clear_staging(store_dir)
+    remove_orphans(store_dir, manifest)
+    return manifest
+
+
+@contextlib.contextmanager
+def new_store(store_dir: str):
+    """Build a store that does not exist yet (store_dir absent or an empty directory): yields a private folder
+    beside store_dir (the same filesystem) to commit it in, and renames that folder into place when the block
+    ends without error. store_dir never holds a half-written store, and a failure leaves nothing behind
+    (a crash leaves the folder `.<name>.new-<id>` beside it, which no reader opens)."""
+    store_dir = os.path.abspath(store_dir)
+    parent, name = os.path.split(store_dir)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"{store_dir}: cannot create the directory ({e.strerror})") from None
+    tmp = os.path.join(parent, f".{name}.new-{new_generation()}")
+    try:
+        os.mkdir(tmp)
+        yield tmp
+        try:
+            os.rename(tmp, store_dir)  # replaces an empty directory; fails on a non-empty one
+        except OSError as e:
+            raise StoreError(f"{store_dir}: could not move the new store into place ({e.strerror}); was the "
+                             "directory filled meanwhile? write it again") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove_orphans(store_dir: str, manifest: Manifest, contents_changed: bool = True) -> None:
