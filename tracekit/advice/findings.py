@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyses.intervals import union_ns, union_spans
+
 # a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
 MIN_SHARE_PCT = 5.0
 SMALL_KERNEL_NS = 10_000  # a kernel shorter than this is launch-bound on every current GPU
@@ -43,17 +45,6 @@ def _ev(analysis: str, figure: str) -> dict:
 
 def _ms(ns) -> str:
     return f"{float(ns) / 1e6:.1f} ms"
-
-
-def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of the spans [start, end)."""
-    if not len(start):
-        return 0
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], end[o]
-    run_end = np.maximum.accumulate(e)
-    heads = np.flatnonzero(np.r_[True, s[1:] > run_end[:-1]])
-    return int((np.maximum.reduceat(e, heads) - s[heads]).sum())
 
 
 def pipeline_stages(run) -> dict[int, int] | None:
@@ -303,10 +294,8 @@ def data_loading(run, ctx) -> list[Candidate]:
                        AND regexp_matches(name, '{DATA_LOADING}') ORDER BY rank, ts_ns""")
     rows = []
     for r, x in ev.groupby("rank"):  # the union of the matching spans: an annotation and the ops inside it once
-        s, e = x.ts_ns.to_numpy(np.int64), x.end_ns.to_numpy(np.int64)
-        run_end = np.maximum.accumulate(e)
-        heads = np.flatnonzero(np.r_[True, s[1:] > run_end[:-1]])
-        rows.append({"rank": int(r), "ns": int((np.maximum.reduceat(e, heads) - s[heads]).sum()), "n": len(heads)})
+        s, e = union_spans(x.ts_ns.to_numpy(np.int64), x.end_ns.to_numpy(np.int64))
+        rows.append({"rank": int(r), "ns": int((e - s).sum()), "n": len(s)})
     _, per = ctx["per_rank"]
     out = []
     for row in sorted(rows, key=lambda d: -d["ns"])[:1]:
@@ -482,7 +471,7 @@ def pipeline_imbalance(run, ctx) -> list[Candidate]:
         return []
     compute = {}
     for r, x in df.groupby("rank"):
-        per_step = [_union_ns(y.ts_ns.to_numpy(np.int64), y.end_ns.to_numpy(np.int64)) for _, y in x.groupby("step")]
+        per_step = [union_ns(y.ts_ns.to_numpy(np.int64), y.end_ns.to_numpy(np.int64)) for _, y in x.groupby("step")]
         compute[int(r)] = float(np.median(per_step))
     stages = sorted({stage[r] for r in compute if r in stage})
     if len(stages) < 2:
