@@ -80,6 +80,12 @@ _ANALYSES = (
     Analysis("clock_offsets", "comms", "per-rank clock offsets estimated from matched collectives"),
     Analysis("comms_check", "comms", "flight recorder: collectives not joined by all ranks, mismatches"),
     Analysis("comms_last_completed", "comms", "flight recorder: last collective each rank enqueued/started/completed"),
+    Analysis("data_loading", "host_time", "host time in data loading per rank (DataLoader, _next_data), nested spans once"),
+    Analysis("sync_calls", "host_time", "synchronising runtime calls per rank and name: calls and time blocked"),
+    Analysis("small_kernels", "small_kernels", "kernels shorter than max_ns (10 us) per rank: count and time"),
+    Analysis("compute_per_step", "compute_per_step", "union of compute per rank and step (kernels, else CPU ops)"),
+    Analysis("backward_collectives", "backward_collectives",
+             "gradient all-reduce / reduce-scatter calls issued during vs after the backward's compute, per step"),
     Analysis("trace_diff", "trace_diff", "ops and kernels added, removed, slower, faster against --against",
              needs_other_run=True),
 )
