@@ -101,11 +101,18 @@ def get(name: str) -> Analysis:
                             f"({', '.join(REGISTRY)})") from None
 
 
-def run_analysis(run, name: str, **params):
-    """Call analysis NAME on run with params; unknown parameters are the user's error."""
+def check_params(name: str, params, spell: Callable[[str], str] = str) -> Analysis:
+    """Analysis NAME, once every key of params is one of its parameters: an unknown one is the user's error,
+    named as spell(key) writes it (the CLI: the option that gave it)."""
     a = get(name)
     accepted = a.parameters
     unknown = [k for k in params if k not in accepted]
     if unknown:
-        raise TracekitError(f"{name}: unknown parameter(s) {', '.join(unknown)}; it takes {', '.join(accepted)}")
-    return a.func(run, **params)
+        raise TracekitError(f"{name}: unknown parameter(s) {', '.join(spell(k) for k in unknown)}; it takes "
+                            f"{', '.join(accepted) or 'no parameters'}")
+    return a
+
+
+def run_analysis(run, name: str, **params):
+    """Call analysis NAME on run with params; unknown parameters are the user's error."""
+    return check_params(name, params).func(run, **params)
