@@ -10,9 +10,12 @@ runs one by name.
 """
 from __future__ import annotations
 
+from .backward_collectives import backward_collectives
 from .comm_comp_overlap import comm_comp_overlap
+from .compute_per_step import compute_per_step
 from .exposed_comm import exposed_comm
 from .critical_path import critical_path, critical_path_summary
+from .host_time import data_loading, sync_calls
 from .idle_time_breakdown import idle_time_breakdown
 from .kernel_breakdown import kernel_breakdown
 from .kernel_classes import DEFAULT_RULES, classify
@@ -22,10 +25,12 @@ from .kernel_launch import kernel_launch_outliers, kernel_launch_stats
 from .memory import memory_bandwidth, memory_bandwidth_summary, memory_peak, memory_timeline
 from .queue_length import queue_length, queue_length_summary
 from .registry import REGISTRY, run_analysis as analyze
+from .small_kernels import small_kernels
 from .temporal_breakdown import temporal_breakdown
 from .trace_diff import trace_diff
 
 __all__ = ["REGISTRY", "analyze", "DEFAULT_RULES", "classify", "comm_comp_overlap", "exposed_comm", "idle_time_breakdown",
            "kernel_breakdown", "kernel_classification", "temporal_breakdown", "gpu_time_by_annotation",
            "gpu_time_by_cpu_op", "kernel_sequences", "kernel_launch_outliers", "kernel_launch_stats", "memory_bandwidth",
-           "memory_bandwidth_summary", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary", "trace_diff", "critical_path", "critical_path_summary"]
+           "memory_bandwidth_summary", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary", "trace_diff", "critical_path", "critical_path_summary",
+           "data_loading", "sync_calls", "small_kernels", "compute_per_step", "backward_collectives"]

@@ -160,11 +160,12 @@ SELECT rank, op, peer, tag, arg_min(pg_name, [len(pg_ranks)::VARCHAR, pg_name]) 
        arg_min(pg_ranks, [len(pg_ranks)::VARCHAR, pg_name]) AS pg_ranks
 FROM ok GROUP BY rank, op, peer, tag;
 
--- _comm_kernels: NCCL/RCCL kernels, with their launch (gpu_ops joins launch and op on correlation).
+-- _comm_kernels: the collective libraries' kernels (NCCL, RCCL, ...: comm_kernel_pattern, kernel_classes.py's
+-- COMM_KERNEL_PATTERN, bound by analyses/comms.py), with their launch (gpu_ops joins launch and op on correlation).
 CREATE OR REPLACE TEMP TABLE _comm_kernels AS
 SELECT rank, event_id, name, ts_ns, end_ns, launch_ts_ns, launch_tid, step, stream, coll_name, coll_dtype,
        in_msg_nelems, out_msg_nelems, group_size, pg_name, pg_desc, pg_ranks, seq, comms_id
-FROM kernels WHERE regexp_matches(name, '^(nccl|rccl)', 'i');
+FROM kernels WHERE regexp_matches(name, $comm_kernel_pattern);
 
 -- _comm_call_kernels: the kernels each call launched (launch on the call's thread, inside its span).
 CREATE OR REPLACE TEMP TABLE _comm_call_kernels AS

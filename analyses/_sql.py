@@ -106,14 +106,20 @@ def _installed_rules(run):
     return list(zip(df.kernel_class, df.pattern))
 
 
-def query(run, name: str, **params):
-    """Run analyses/<name>.sql with the parameters it names ($param), bound by DuckDB."""
-    text = sql_text(name)
+def named_params(text: str, params: dict, where: str) -> dict | None:
+    """The parameters SQL text names ($param) with their values from params, None when it names none; a
+    parameter params lacks is the caller's error (where: the file, for the message)."""
     wanted = dict.fromkeys(_PARAM.findall(text))
     missing = [p for p in wanted if p not in params]
     if missing:
-        raise TypeError(f"{name}.sql needs parameters {missing}")
-    return run.sql(text, {p: params[p] for p in wanted})
+        raise TypeError(f"{where} needs parameters {missing}")
+    return {p: params[p] for p in wanted} or None
+
+
+def query(run, name: str, **params):
+    """Run analyses/<name>.sql with the parameters it names ($param), bound by DuckDB."""
+    text = sql_text(name)
+    return run.sql(text, named_params(text, params, f"{name}.sql") or {})
 
 
 def check_scope(run, rank=None, step=None) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from tracekit.errors import TracekitError
 from tracekit.store.sql import statements
 
-from ._sql import check_scope, query, sql_text, with_note
+from ._sql import check_scope, named_params, query, sql_text, with_note
+from .kernel_classes import COMM_KERNEL_PATTERN
 
 _LIST_COLUMNS = ("pg_ranks", "participants", "ranks_not_traced", "ranks_missing")
 
@@ -21,8 +22,9 @@ def prepare_views(run, offsets: dict[int, int] | None = None) -> None:
         run.sql(f"INSERT INTO _comm_clock_offsets VALUES {values}",
                 [v for r, o in sorted(offsets.items()) for v in (int(r), int(o))])
     if not _installed(run):
+        params = {"comm_kernel_pattern": COMM_KERNEL_PATTERN}
         for stmt in statements(sql_text("_comm_views")):
-            run.sql(stmt)
+            run.sql(stmt, named_params(stmt, params, "_comm_views.sql"))
 
 
 def _installed(run) -> bool:

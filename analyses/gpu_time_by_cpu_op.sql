@@ -23,11 +23,7 @@ _inner_op AS (SELECT rank, external_id, arg_max(event_id, ts_ns) AS event_id, ar
               FROM _cpu WHERE external_id IS NOT NULL GROUP BY rank, external_id),
 -- top-level ops: not inside an earlier op on the same thread; they are disjoint, so an ASOF join finds
 -- the one around a launch
-_top_flag AS (
-  SELECT *, coalesce(ts_ns >= max(end_ns) OVER (PARTITION BY rank, tid ORDER BY ts_ns, end_ns DESC
-                                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS is_top
-  FROM _cpu
-),
+-- @include _top_ops
 _top AS (SELECT rank, tid, event_id, name, ts_ns, end_ns FROM _top_flag WHERE is_top),
 _innermost AS (
   SELECT o.rank, 'innermost' AS level, i.name AS op_name, i.event_id AS op_event_id, o.dur_ns

@@ -23,8 +23,13 @@ CLASSES = ("communication", "memory", "compute", "other")
 # custom all-reduce, PyTorch symmetric-memory one/two-shot, multimem) are
 # communication too. hip*/rocclr copy kernels move memory: HTA's older rule
 # called any ^hip kernel communication, which is wrong.
+# The collective libraries' kernels (NCCL, RCCL, HCCL, MSCCL): the communication rule below, and the kernels the
+# collectives views (_comm_views.sql) and doctor's compute per step (compute_per_step.sql) take as a
+# collective's, both given this pattern as a bound parameter.
+COMM_KERNEL_PATTERN = r"^(nccl|rccl|hccl|msccl)"
+
 DEFAULT_RULES: tuple[tuple[str, str], ...] = (
-    ("communication", r"^(nccl|rccl|hccl|msccl)"),
+    ("communication", COMM_KERNEL_PATTERN),
     ("communication", r"(?i)(custom_?all_?reduce|cross_device_reduce|(one|two)_?shot_all_?reduce|multimem_all_?reduce"
                       r"|all_?reduce_kernel|allgather_kernel|reduce_scatter_kernel)"),
     ("memory", r"^(Memcpy|Memset|dma)"),

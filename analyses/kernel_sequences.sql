@@ -15,11 +15,7 @@ WITH _cpu AS (
   SELECT rank, tid, event_id, name, ts_ns, end_ns FROM events
   WHERE ph = 'X' AND cat = 'cpu_op' AND ($rank IS NULL OR rank = $rank)
 ),
-_top_flag AS (
-  SELECT *, coalesce(ts_ns >= max(end_ns) OVER (PARTITION BY rank, tid ORDER BY ts_ns, end_ns DESC
-                                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS is_top
-  FROM _cpu
-),
+-- @include _top_ops
 _inst AS (SELECT rank, tid, event_id, name, ts_ns, end_ns FROM _top_flag
           WHERE CASE WHEN $operator IS NULL THEN is_top ELSE name = $operator END),
 _k AS (

@@ -80,6 +80,12 @@ _ANALYSES = (
     Analysis("clock_offsets", "comms", "per-rank clock offsets estimated from matched collectives"),
     Analysis("comms_check", "comms", "flight recorder: collectives not joined by all ranks, mismatches"),
     Analysis("comms_last_completed", "comms", "flight recorder: last collective each rank enqueued/started/completed"),
+    Analysis("data_loading", "host_time", "host time in data loading per rank (DataLoader, _next_data), nested spans once"),
+    Analysis("sync_calls", "host_time", "synchronising runtime calls per rank and name: calls and time blocked"),
+    Analysis("small_kernels", "small_kernels", "kernels shorter than max_ns (10 us) per rank: count and time"),
+    Analysis("compute_per_step", "compute_per_step", "union of compute per rank and step (kernels, else CPU ops)"),
+    Analysis("backward_collectives", "backward_collectives",
+             "gradient all-reduce / reduce-scatter calls issued during vs after the backward's compute, per step"),
     Analysis("trace_diff", "trace_diff", "ops and kernels added, removed, slower, faster against --against",
              needs_other_run=True),
 )
@@ -95,11 +101,18 @@ def get(name: str) -> Analysis:
                             f"({', '.join(REGISTRY)})") from None
 
 
-def run_analysis(run, name: str, **params):
-    """Call analysis NAME on run with params; unknown parameters are the user's error."""
+def check_params(name: str, params, spell: Callable[[str], str] = str) -> Analysis:
+    """Analysis NAME, once every key of params is one of its parameters: an unknown one is the user's error,
+    named as spell(key) writes it (the CLI: the option that gave it)."""
     a = get(name)
     accepted = a.parameters
     unknown = [k for k in params if k not in accepted]
     if unknown:
-        raise TracekitError(f"{name}: unknown parameter(s) {', '.join(unknown)}; it takes {', '.join(accepted)}")
-    return a.func(run, **params)
+        raise TracekitError(f"{name}: unknown parameter(s) {', '.join(spell(k) for k in unknown)}; it takes "
+                            f"{', '.join(accepted) or 'no parameters'}")
+    return a
+
+
+def run_analysis(run, name: str, **params):
+    """Call analysis NAME on run with params; unknown parameters are the user's error."""
+    return check_params(name, params).func(run, **params)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyses.intervals import union_ns
 from tracekit.capture.pipeline_demo import schedule  # the 1F1B order the recorder runs
 from tracekit.errors import TracekitError
 
@@ -131,12 +132,7 @@ def layer_profile(run, ranks) -> pd.DataFrame:
         bb = busy[busy["rank"] == r]
         per_bw = []
         for _bw, y in bb.groupby("bw"):  # union of the top-level ops' spans inside each backward
-            s, e = y.ts_ns.to_numpy(np.int64), y.end_ns.to_numpy(np.int64)
-            run_end = np.maximum.accumulate(e)
-            new = np.ones(len(s), bool)
-            new[1:] = s[1:] >= run_end[:-1]
-            heads = np.flatnonzero(new)
-            per_bw.append(float((np.maximum.reduceat(e, heads) - s[heads]).sum()))
+            per_bw.append(float(union_ns(y.ts_ns.to_numpy(np.int64), y.end_ns.to_numpy(np.int64))))
         rows.append({"rank": int(r), "forward_ns": fwd, "layers_ns": lay.tolist(),
                      "backward_ns": float(np.median(per_bw)) if per_bw else 0.0, "step_ns": float(step_of.get(int(r), 0))})
     return pd.DataFrame(rows)

@@ -244,6 +244,10 @@ def test_cli_json_stable_columns(tiny):
     (["temporal_breakdown", "--step", "42"], "--step 42"),
     (["idle_time_breakdown", "-p", "bogus=1"], "--param"),
     (["idle_time_breakdown", "-p", "kernel_wait_threshold_ns=abc"], "expected int"),
+    # the library's parameter check (registry.check_params), naming the option that gave the parameter
+    (["temporal_breakdown", "--top-k", "3"], "temporal_breakdown: unknown parameter(s) --top-k; it takes rank,"),
+    (["temporal_breakdown", "-p", "bogus=1"], "unknown parameter(s) --param bogus"),
+    (["temporal_breakdown", "-p", "bogus"], "--param 'bogus': expected KEY=VALUE"),
 ])
 def test_cli_bad_input_exits_2(tiny, args, needle):
     out = CliRunner().invoke(cli, ["analyze", args[0], tiny.trace_dir, "--store", tiny.store.path, *args[1:]])
@@ -369,3 +373,10 @@ def test_critical_predecessor_is_the_later_dependency():
     assert critical_edges(graph(8)).tolist() == [-1, 0, 1, 3]  # the previous op ended later: the stream
     assert critical_edges(graph(4)).tolist() == [-1, 0, 1, 2]  # the launch began later
     assert critical_edges(graph(5)).tolist() == [-1, 0, 1, 2]  # a tie goes to the launch
+
+
+def test_the_library_checks_parameters_as_the_cli_does(tiny):
+    from tracekit.errors import TracekitError
+
+    with pytest.raises(TracekitError, match=r"temporal_breakdown: unknown parameter\(s\) top_k; it takes rank,"):
+        tiny.analyze("temporal_breakdown", top_k=3)

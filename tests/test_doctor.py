@@ -195,7 +195,7 @@ def test_gradient_all_reduces_issued_after_backward_are_an_unpredicted_overlap_f
     # the sample's DDP has one 25 MB bucket: its all-reduce can only start once the backward is done
     assert f is not None and f["kind"] == "exposed_communication" and f["scenario"] is None
     assert f["predicted_step_ns"] is None and "bucket_cap_mb" in f["fix"]
-    assert f["evidence"][0]["analysis"] == "cpu_ops" and "1 of 1 gradient" in f["evidence"][0]["figure"]
+    assert f["evidence"][0]["analysis"] == "backward_collectives" and "1 of 1 gradient" in f["evidence"][0]["figure"]
 
 
 def test_a_job_without_pipeline_parallelism_has_no_pipeline_finding(stores):
@@ -229,7 +229,7 @@ def test_an_unbalanced_pipeline_names_its_slow_stage_with_a_plausible_saving(tmp
     assert len(pi) == 1
     f = pi[0]
     assert f["rank"] == 0 and "stage 0" in f["title"]
-    assert f["evidence"][0]["analysis"] == "events"
+    assert f["evidence"][0]["analysis"] == "compute_per_step"
     sd = tomllib.loads(f["scenario"])["compute"]["rank_slowdown"]
     assert sd.keys() == {"0"} and sd["0"] < 1  # stage 0 brought down to the stages' mean
     assert not any(x["kind"] == "straggler" for x in fs)  # a slow stage has no peers to straggle behind
@@ -240,3 +240,24 @@ def test_an_unbalanced_pipeline_names_its_slow_stage_with_a_plausible_saving(tmp
     res = CliRunner().invoke(cli, ["whatif", str(d), str(tmp_path / "fixes" / f"{f['name']}.toml"),
                                    "--store", str(tmp_path / "st"), "--format", "json"])
     assert json.loads(res.stdout)[0]["predicted_step_ns"] == f["predicted_step_ns"]
+
+
+def test_every_evidence_line_names_an_analysis_a_user_can_run(stores):
+    """Each detector cites its evidence as _ev("<analysis>", ...): that analysis must be registered, so that
+    `tracekit analyze <analysis> TRACE_DIR` shows the figure (checked in the source, so that a detector that
+    fires on none of the samples is held to it too, and on the findings of a sample)."""
+    import ast
+
+    from analyses.registry import REGISTRY
+
+    path = REPO / "tracekit" / "advice" / "findings.py"
+    calls = [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_ev"]
+    assert len(calls) >= 10
+    cited = []
+    for c in calls:
+        assert isinstance(c.args[0], ast.Constant), f"findings.py:{c.lineno}: the analysis must be named literally"
+        cited.append(c.args[0].value)
+    assert sorted(set(cited) - set(REGISTRY)) == []
+    fs = _doctor_json("ddp3_slow_rank1", stores["ddp3_slow_rank1"])
+    assert {e["analysis"] for f in fs for e in f["evidence"]} <= set(REGISTRY)

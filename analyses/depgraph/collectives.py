@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .tracks import track_keys, union_spans
+from ..intervals import union_spans
+from .tracks import track_keys
 
 # ranks: the group's ranks; for a send and its recv [sender, receiver] (group_size 2)
 COLUMNS = ["coll_id", "match_key", "op", "bytes", "group_size", "ranks", "n_hosts", "pg_name", "timeline",

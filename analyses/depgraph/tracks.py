@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..intervals import union_spans
 from .model import RUNTIME_CATS, SYNC_CALLS, WAIT_CALLS, Builder, K, NodeMap
 
 
@@ -60,16 +61,6 @@ def add_tracks(nb: Builder, nodes: NodeMap, cpu: pd.DataFrame, gpu: pd.DataFrame
     if multi:
         notes.append(f"{multi} collective or sync call(s) span several CPU pieces: replayed with their measured time")
     return chains
-
-
-def union_spans(ts: np.ndarray, end: np.ndarray):
-    """The union of intervals [ts, end) sorted by ts, as (starts, ends): a thread's busy spans, the top-level groups of
-    its events; intervals that only touch stay apart."""
-    run_end = np.maximum.accumulate(end)
-    new = np.ones(len(ts), bool)
-    new[1:] = ts[1:] >= run_end[:-1]
-    heads = np.flatnonzero(new)
-    return ts[heads], np.maximum.reduceat(end, heads)
 
 
 def working_spans(cpu: pd.DataFrame) -> dict:

@@ -13,13 +13,9 @@ import numpy as np
 
 # a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
 MIN_SHARE_PCT = 5.0
-SMALL_KERNEL_NS = 10_000  # a kernel shorter than this is launch-bound on every current GPU
 MEMORY_HEADROOM_PCT = 50.0
 ROOFLINE_TARGET_PCT = 70.0  # low_mfu: the share of their roofline bound GEMMs / attention are brought to
 LOW_MFU_PCT = 50.0  # ... when below this share  # peak below this share of the device's memory leaves room for a larger batch
-SYNC_NAMES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
-              "aten::item", "aten::_local_scalar_dense")
-DATA_LOADING = r"(?i)(data_?loading|dataloader|_next_data|enumerate\(DataLoader\))"
 
 
 @dataclass
@@ -43,17 +39,6 @@ def _ev(analysis: str, figure: str) -> dict:
 
 def _ms(ns) -> str:
     return f"{float(ns) / 1e6:.1f} ms"
-
-
-def _union_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of the spans [start, end)."""
-    if not len(start):
-        return 0
-    o = np.argsort(start, kind="stable")
-    s, e = start[o], end[o]
-    run_end = np.maximum.accumulate(e)
-    heads = np.flatnonzero(np.r_[True, s[1:] > run_end[:-1]])
-    return int((np.maximum.reduceat(e, heads) - s[heads]).sum())
 
 
 def pipeline_stages(run) -> dict[int, int] | None:
@@ -217,8 +202,8 @@ def exposed_communication(run, ctx) -> list[Candidate]:
         out.append(Candidate(
             kind="exposed_communication", rank=r, variant="overlap",
             title=f"rank {r}'s gradient collectives all start after its backward has computed every gradient",
-            evidence=[_ev("cpu_ops", f"rank {r}: {n} of {total} gradient all-reduce / reduce-scatter call(s) per step "
-                          f"issued after the last backward operator without a collective in it ended (median step); "
+            evidence=[_ev("backward_collectives", f"rank {r}: {n} of {total} gradient all-reduce / reduce-scatter "
+                          f"call(s) per step issued after the last backward operator without a collective in it ended (median step); "
                           f"the backward's compute took {_ms(bw_ns)}, the first call came {_ms(gap_ns)} after it"),
                       out[0].evidence[0]],
             fix="start the gradient collectives during backward: smaller DDP buckets (bucket_cap_mb below the "
@@ -237,31 +222,11 @@ def _gradient_collectives_after_backward(run, r: int):
     median step when every gradient all-reduce / reduce-scatter of the step was issued after the backward had
     computed its gradients: after the end of the last autograd operator that issued no collective; None
     otherwise (some went during the backward, or the trace shows no backward)."""
-    df = run.sql("""
-        WITH s AS (SELECT rank, step FROM steps WHERE NOT is_last AND rank = $r),
-        ops AS (SELECT o.step, o.tid, o.ts_ns, o.ts_ns + o.dur_ns AS end_ns, o.name FROM cpu_ops o SEMI JOIN s USING (rank, step)
-                WHERE o.dur_ns > 0 AND (o.name LIKE 'autograd::engine::evaluate_function:%'
-                      OR (o.name LIKE 'c10d::%' AND (o.name LIKE '%allreduce%' OR o.name LIKE '%reduce_scatter%'))))
-        SELECT * FROM ops ORDER BY step, ts_ns""", {"r": int(r)})
-    rows = []
-    for _st, x in df.groupby("step"):
-        calls = x[x.name.str.startswith("c10d::")]
-        fns = x[~x.name.str.startswith("c10d::")]
-        if calls.empty or fns.empty:
-            continue
-        ct, cid = calls.ts_ns.to_numpy(np.int64), calls.tid.to_numpy()
-        own = np.array([not ((cid == t) & (ct >= a) & (ct < b)).any()
-                        for t, a, b in zip(fns.tid, fns.ts_ns, fns.end_ns)], bool)
-        if not own.any():
-            continue
-        bw_start, bw_end = int(fns.ts_ns.min()), int(fns.end_ns.to_numpy(np.int64)[own].max())
-        grads = ct[ct >= bw_start]
-        if not len(grads):
-            continue
-        rows.append((int((grads >= bw_end).sum()), len(grads), bw_end - bw_start, int(grads.min()) - bw_end))
-    if not rows:
+    df = run.analyze("backward_collectives", rank=int(r))
+    if df.empty:
         return None
-    n, total, bw, gap = (float(np.median([row[i] for row in rows])) for i in range(4))
+    n, total, bw, gap = (float(np.median(df[c])) for c in ("calls_after_backward", "gradient_calls", "backward_ns",
+                                                            "gap_ns"))
     if n < total or bw <= 0:
         return None
     return int(n), int(total), bw, gap
@@ -298,31 +263,22 @@ def host_bound(run, ctx) -> list[Candidate]:
 
 
 def data_loading(run, ctx) -> list[Candidate]:
-    ev = run.sql(f"""SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events
-                     WHERE cat IN ('cpu_op', 'user_annotation') AND dur_ns > 0
-                       AND regexp_matches(name, '{DATA_LOADING}') ORDER BY rank, ts_ns""")
-    rows = []
-    for r, x in ev.groupby("rank"):  # the union of the matching spans: an annotation and the ops inside it once
-        s, e = x.ts_ns.to_numpy(np.int64), x.end_ns.to_numpy(np.int64)
-        run_end = np.maximum.accumulate(e)
-        heads = np.flatnonzero(np.r_[True, s[1:] > run_end[:-1]])
-        rows.append({"rank": int(r), "ns": int((np.maximum.reduceat(e, heads) - s[heads]).sum()), "n": len(heads)})
+    dl = run.analyze("data_loading")
     _, per = ctx["per_rank"]
     out = []
-    for row in sorted(rows, key=lambda d: -d["ns"])[:1]:
-        row = type("Row", (), row)
+    for row in dl.sort_values("data_loading_ns", ascending=False, kind="stable").head(1).itertuples():
         r = int(row.rank)
         v = per.get(r)
         if not v:
             continue
-        ns = float(row.ns) / max(v["steps"], 1)
+        ns = float(row.data_loading_ns) / max(v["steps"], 1)
         share = 100.0 * ns / max(v["step_ns"], 1.0)
         if share < MIN_SHARE_PCT:
             continue
         out.append(Candidate(
             kind="data_loading", rank=r,
             title=f"rank {r} spends {share:.0f}% of the step loading data",
-            evidence=[_ev("events", f"rank {r}: {_ms(ns)} per step in data loading ({int(row.n)} spans), "
+            evidence=[_ev("data_loading", f"rank {r}: {_ms(ns)} per step in data loading ({int(row.spans)} spans), "
                           f"{share:.1f}% of its {_ms(v['step_ns'])} step")],
             fix="DataLoader workers (num_workers), pin_memory and prefetching, so batches are ready before the step asks",
             scenario=None, confidence="medium",
@@ -332,14 +288,11 @@ def data_loading(run, ctx) -> list[Candidate]:
 
 
 def sync_stalls(run, ctx) -> list[Candidate]:
-    names = ", ".join(f"'{n}'" for n in SYNC_NAMES)
-    df = run.sql(f"""SELECT rank, name, sum(dur_ns) AS ns, count(*) AS n
-                     FROM (SELECT rank, name, dur_ns FROM runtime UNION ALL SELECT rank, name, dur_ns FROM cpu_ops)
-                     WHERE name IN ({names}) GROUP BY rank, name""")
+    df = run.analyze("sync_calls")
     if df.empty:
         return []
     _, per = ctx["per_rank"]
-    tot = df.groupby("rank").ns.sum()
+    tot = df.groupby("rank").total_ns.sum()
     r = int(tot.idxmax())
     v = per.get(r)
     if not v:
@@ -348,10 +301,11 @@ def sync_stalls(run, ctx) -> list[Candidate]:
     share = 100.0 * ns / max(v["step_ns"], 1.0)
     if share < MIN_SHARE_PCT:
         return []
-    parts = df[df["rank"] == r].sort_values("ns", ascending=False)
+    parts = df[df["rank"] == r].sort_values("total_ns", ascending=False, kind="stable")
     return [Candidate(
         kind="sync_stalls", rank=r, title=f"rank {r} blocks {share:.0f}% of the step in synchronising calls",
-        evidence=[_ev("runtime", f"rank {r}: " + ", ".join(f"{p.name} {int(p.n)}x {_ms(p.ns)}" for p in parts.itertuples())
+        evidence=[_ev("sync_calls", f"rank {r}: " + ", ".join(f"{p.name} {int(p.calls)}x {_ms(p.total_ns)}"
+                                                          for p in parts.itertuples())
                       + f"; {_ms(ns)} per step, {share:.1f}% of its step")],
         fix="remove host-device syncs from the step: .item() / .cpu() / printing losses every step, "
             "torch.cuda.synchronize() outside profiling",
@@ -361,24 +315,24 @@ def sync_stalls(run, ctx) -> list[Candidate]:
 
 
 def small_kernels(run, ctx) -> list[Candidate]:
-    df = run.sql(f"""SELECT rank, count(*) AS n, sum(dur_ns) AS ns,
-                            count(*) FILTER (WHERE dur_ns < {SMALL_KERNEL_NS}) AS small_n,
-                            sum(dur_ns) FILTER (WHERE dur_ns < {SMALL_KERNEL_NS}) AS small_ns
-                     FROM kernels GROUP BY rank""")
+    from analyses.small_kernels import SMALL_KERNEL_NS
+
+    df = run.analyze("small_kernels")
     if df.empty:
         return []
     _, per = ctx["per_rank"]
-    df["small_pct"] = 100.0 * df.small_n / df.n
-    row = df.sort_values("small_n", ascending=False).iloc[0]
+    row = df.sort_values("small_kernels", ascending=False, kind="stable").iloc[0]
     r = int(row["rank"])
     v = per.get(r)
     if not v or row.small_pct < 50.0:
         return []
-    n_step = float(row.small_n) / max(v["steps"], 1)
+    n_step = float(row.small_kernels) / max(v["steps"], 1)
+    under = f"{SMALL_KERNEL_NS / 1000:g} us"
     return [Candidate(
-        kind="small_kernels", rank=r, title=f"{row.small_pct:.0f}% of rank {r}'s kernels run under 10 us",
-        evidence=[_ev("kernels", f"rank {r}: {int(row.small_n)} of {int(row.n)} kernels shorter than 10 us "
-                      f"({n_step:.0f} per step, {_ms(row.small_ns or 0)} of {_ms(row.ns)} kernel time)")],
+        kind="small_kernels", rank=r, title=f"{row.small_pct:.0f}% of rank {r}'s kernels run under {under}",
+        evidence=[_ev("small_kernels", f"rank {r}: {int(row.small_kernels)} of {int(row.kernels)} kernels shorter "
+                      f"than {under} ({n_step:.0f} per step, {_ms(row.small_kernel_ns)} of {_ms(row.kernel_ns)} "
+                      "kernel time)")],
         fix="fuse them (torch.compile, fused optimizers and norms) so their launches and memory round trips go",
         scenario=None, confidence="low",
         assumptions="not predicted: what a fused kernel costs needs each op's bytes moved", share_pct=row.small_pct)]
@@ -468,22 +422,12 @@ def pipeline_imbalance(run, ctx) -> list[Candidate]:
     if not stage:
         return []
     _, per = ctx["per_rank"]
-    # each rank's compute per step: the union of its compute kernels on a GPU rank, else of its CPU operators
-    # outside collective calls (a stage blocked in a recv runs no operator), median over the profiled steps
-    df = run.sql("""
-        WITH s AS (SELECT rank, step FROM steps WHERE NOT is_last),
-        gpu_ranks AS (SELECT DISTINCT rank FROM kernels)
-        SELECT k.rank, k.step, k.ts_ns, k.ts_ns + k.dur_ns AS end_ns FROM kernels k SEMI JOIN s USING (rank, step)
-        WHERE k.dur_ns > 0 AND NOT regexp_matches(k.name, '^(nccl|rccl)', 'i')
-        UNION ALL
-        SELECT o.rank, o.step, o.ts_ns, o.ts_ns + o.dur_ns FROM cpu_ops o SEMI JOIN s USING (rank, step)
-        WHERE o.dur_ns > 0 AND o.name NOT LIKE 'c10d::%' AND o.rank NOT IN (SELECT rank FROM gpu_ranks)""")
+    # each rank's compute per step (compute_per_step: its compute kernels on a GPU rank, else its CPU operators
+    # outside collective calls), median over the profiled steps
+    df = run.analyze("compute_per_step")
     if df.empty:
         return []
-    compute = {}
-    for r, x in df.groupby("rank"):
-        per_step = [_union_ns(y.ts_ns.to_numpy(np.int64), y.end_ns.to_numpy(np.int64)) for _, y in x.groupby("step")]
-        compute[int(r)] = float(np.median(per_step))
+    compute = {int(r): float(np.median(x.compute_ns)) for r, x in df.groupby("rank")}
     stages = sorted({stage[r] for r in compute if r in stage})
     if len(stages) < 2:
         return []
@@ -508,7 +452,7 @@ def pipeline_imbalance(run, ctx) -> list[Candidate]:
         kind="pipeline_imbalance", rank=ranks_of[slow][0] if len(ranks_of[slow]) == 1 else None,
         title=f"pipeline stage {slow} computes {of_stage[slow] / mean:.2f}x the stages' mean per step; the other "
               "stages wait for it in bubbles",
-        evidence=[_ev("events", f"compute per step (median over {n_steps} step(s); compute kernels on a GPU rank, "
+        evidence=[_ev("compute_per_step", f"compute per step (median over {n_steps} step(s); compute kernels on a GPU rank, "
                       f"else CPU operators outside collective calls): {figures}; the stages' mean "
                       f"{_ms(mean)}, stage {slow} {_ms(of_stage[slow] - mean)} above it, "
                       f"{share:.1f}% of the {_ms(step_ns)} step")],

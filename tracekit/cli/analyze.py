@@ -48,7 +48,7 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
       tracekit analyze trace_diff runs/base/ --against runs/new/
       tracekit analyze mfu runs/job42/ --by-step --catalog our_gpus.toml
     """
-    from analyses.registry import REGISTRY, get
+    from analyses.registry import REGISTRY, check_params, run_analysis
 
     if list_:
         import pandas as pd
@@ -57,22 +57,22 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
         return
     if not name or not trace_dir:
         raise TracekitError("NAME and TRACE_DIR are required (or --list)")
-    analysis = get(name)
-    accepted = analysis.parameters
     given = {"rank": rank, "step": step, "by_step": by_step, "drop_last_step": drop_last_step, "top_k": top_k,
              "rules": rules, "overlay_path": overlay, "catalog": catalog}
-    kwargs = {}
-    for key, value in given.items():
-        if value is None:
-            continue
-        if key not in accepted:
-            raise TracekitError(f"--{key.replace('_', '-').replace('-path', '')}: not an option of {name}")
-        kwargs[key] = value
+    kwargs = {k: v for k, v in given.items() if v is not None}
+    raw = {}
     for item in params:
-        key, sep, raw = item.partition("=")
-        if not sep or key not in accepted:
-            raise TracekitError(f"--param {item!r}: {name} takes {', '.join(accepted) or 'no parameters'} (KEY=VALUE)")
-        kwargs[key] = _coerce(raw, accepted[key], key)
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise TracekitError(f"--param {item!r}: expected KEY=VALUE")
+        raw[key] = value
+
+    def spell(key):  # the option that gave a parameter, for the library's error
+        return f"--{key.replace('_', '-').replace('-path', '')}" if key in given else f"--param {key}"
+
+    analysis = check_params(name, {**kwargs, **raw}, spell)
+    for key, value in raw.items():
+        kwargs[key] = _coerce(value, analysis.parameters[key], key)
 
     import tracekit
 
@@ -83,7 +83,7 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
         kwargs["other"] = tracekit.open(against, against_store)
     elif against is not None:
         raise TracekitError(f"--against: not an option of {name}")
-    df = analysis.func(run, **kwargs)
+    df = run_analysis(run, name, **kwargs)
     emit_result(df, fmt)
 
 
