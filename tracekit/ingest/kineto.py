@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import msgspec
@@ -314,10 +314,10 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
         made.append((con.cursor(), scratch))
         idle.put(made[-1])
     parts: list[str] = []
-    checks: list[tuple | None] = []  # per part, what the decoder gathered for the checks (None: not decoded)
+    checks: list[PartChecks | None] = []  # per part, what the decoder gathered for the checks (None: not decoded)
     base = None
 
-    def convert(text: bytes | None, first_id: int, run, target: str) -> tuple[str, tuple | None]:
+    def convert(text: bytes | None, first_id: int, run, target: str) -> tuple[str, PartChecks | None]:
         con, scratch = idle.get()
         try:
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
@@ -355,7 +355,7 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
                 if base is None:
                     base = _base(stream.head_metadata)
                 target = os.path.join(stage_dir, f"events-{len(parts) + len(inflight):06d}.parquet")
-                inflight.append(pool.submit(convert, item[0], item[1], item[3], target))
+                inflight.append(pool.submit(convert, item.text, item.first, item.decoded, target))
                 del item
             for fut in inflight:
                 _add(parts, checks, fut.result())
@@ -409,16 +409,27 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
                       warnings=list(stream.warnings), world_size=world_size)
 
 
-_MAX_OBJECT = 16 << 20
 _CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in STORED_EVENT_COLUMNS)
 
 
-def _add(parts: list[str], checks: list, written: tuple[str, tuple | None]) -> None:
+class PartChecks(NamedTuple):
+    """What ingest's checks (_run_checks) need from one Parquet part of events: from the compiled decoder
+    (its Run.checks), or from one query over the parts it did not decode."""
+
+    rows: int
+    first_ts_ns: int | None
+    last_end_ns: int | None  # max(ts_ns + coalesce(dur_ns, 0))
+    first_untimed_complete: int | None  # the event id of the first ph X event without both ts and dur
+    may_hold_comm_args: bool  # some args_json may hold collective metadata (_COMM_ARGS)
+    first_overflow: int | None  # the event id of the first event whose ts + dur is beyond int64
+
+
+def _add(parts: list[str], checks: list, written: tuple[str, PartChecks | None]) -> None:
     parts.append(written[0])
     checks.append(written[1])
 
 
-def _run_checks(con, path: str, parts: list[str], checks: list[tuple | None]):
+def _run_checks(con, path: str, parts: list[str], checks: list[PartChecks | None]):
     """Refuse a file with a complete event that lacks a time or ends beyond int64 ns; else return its event
     count, span (first ts, last end) and the parts that may hold collective args. From what the decoder
     gathered (`checks`, per part), and one query over the parts it did not decode."""
@@ -427,28 +438,28 @@ def _run_checks(con, path: str, parts: list[str], checks: list[tuple | None]):
     if rest:
         rel = f"read_parquet({literal_list(rest)})"
         try:
-            known.append(con.execute(
+            known.append(PartChecks(*con.execute(
                 f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)), "
                 f"min(event_id) FILTER (WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)), true, NULL "
-                f"FROM {rel}").fetchall()[0])
+                f"FROM {rel}").fetchall()[0]))
         except duckdb.OutOfRangeException:  # some ts + dur beyond int64
-            known.append((0, None, None, None, True, con.execute(
+            known.append(PartChecks(0, None, None, None, True, con.execute(
                 f"SELECT min(event_id) FROM {rel} "
                 f"WHERE ts_ns::HUGEINT + dur_ns NOT BETWEEN {-(1 << 63)} AND {(1 << 63) - 1}").fetchall()[0][0]))
 
-    def least(i, f):
-        vals = [k[i] for k in known if k[i] is not None]
+    def least(field: str, f):
+        vals = [getattr(k, field) for k in known if getattr(k, field) is not None]
         return f(vals) if vals else None
 
-    overflow, bad = least(5, min), least(3, min)
+    overflow, bad = least("first_overflow", min), least("first_untimed_complete", min)
     if overflow is not None:
         raise TraceFileError(path, f"traceEvents[{overflow}]: its ts + dur ends beyond what 64-bit nanoseconds hold "
                                    "(292 years); fix or drop that event")
     if bad is not None:
         raise TraceFileError(path, f"traceEvents[{bad}]: a complete event (ph X) needs numeric 'ts' and 'dur'; "
                                    "fix or drop that event")
-    comm = [p for p, c in zip(parts, checks) if c is None or c[4]]
-    return sum(k[0] for k in known), least(1, min), least(2, max), comm
+    comm = [p for p, c in zip(parts, checks) if c is None or c.may_hold_comm_args]
+    return sum(k.rows for k in known), least("first_ts_ns", min), least("last_end_ns", max), comm
 
 
 def _base(head_metadata: dict) -> int:
@@ -497,13 +508,12 @@ def _decoded_sql() -> str:
 _DECODED_SQL = _decoded_sql()
 
 
-def _write_decoded(con, run, target: str) -> tuple:
+def _write_decoded(con, run, target: str) -> PartChecks:
     """The compiled decoder's run (an Arrow C stream of the stored columns) -> one Parquet part. Returns what
-    the decoder gathered for the checks: (rows, first ts, last end, first complete event without both
-    times, may hold comm args, first event ending beyond int64), see _run_checks."""
+    the decoder gathered for the checks (its Run.checks holds the fields after rows, in PartChecks' order)."""
     select = _DECODED_SQL if run.deferred else "SELECT * EXCLUDE (_deferred) FROM run"
     con.execute(copy_sql(select, target))
-    return (run.rows,) + run.checks
+    return PartChecks(run.rows, *run.checks)
 
 
 def _copy_events(con, typed_sql: str, params: dict, target: str) -> None:

@@ -22,7 +22,7 @@ try:  # ISA-L inflates gzip about 3x faster than zlib; same interface and errors
 except ImportError:  # pragma: no cover - platforms without an isal wheel
     _inflate = zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -42,6 +42,15 @@ def _decode_error(exc: Exception) -> bool:
 
 
 _MALFORMED = re.compile(r"JSON is malformed: (.*) \(byte (\d+)\)")
+
+
+class Batch(NamedTuple):
+    """One run of consecutive complete events, as TraceStream.batches yields it."""
+
+    text: bytes | None  # the events as a JSON array (checked to be complete, valid JSON); None when decoded
+    first: int  # the index of its first event in traceEvents
+    n: int  # its number of events
+    decoded: Any  # what the stream's decoder made of it (a Run of _events), or None
 
 
 class _Broken(Exception):
@@ -123,13 +132,9 @@ class TraceStream:
                 self.warnings.append("gzip stream ends early (file cut short)")
 
     # -- events -------------------------------------------------------------
-    def batches(self) -> Iterator[tuple[bytes | None, int, int, Any]]:
-        """Yield (b"[...]", first, n, None) or (None, first, n, decoded): runs of consecutive complete events,
-        as a JSON array, or as what the decoder made of it.
-
-        Each array has been checked to be complete, valid JSON; `first` is the
-        index of its first event in traceEvents, `n` its number of events.
-        """
+    def batches(self) -> Iterator[Batch]:
+        """Yield the runs of consecutive complete events: each as a JSON array (Batch.text), or as what the
+        decoder made of it (Batch.decoded)."""
         decode = _SPLIT.decode
         blocks = self._blocks()
         buf = b""
@@ -222,12 +227,12 @@ class TraceStream:
             raise TraceFileError(self.path, f"not valid JSON ({e})") from None
         raise NotATraceError(self.path, "valid JSON but has no traceEvents array (not a Kineto trace)")
 
-    def _run(self, decode: Callable[[bytes], list], segment: bytes | memoryview) -> tuple[bytes | None, int, int, Any]:
+    def _run(self, decode: Callable[[bytes], list], segment: bytes | memoryview) -> Batch:
         first = self.event_count
         decoded = self._decoder(segment, first, self.head_metadata) if self._decoder is not None else None
         if decoded is not None:
             self.event_count += decoded.rows
-            return None, first, decoded.rows, decoded
+            return Batch(None, first, decoded.rows, decoded)
         text = b"[" + segment + b"]"
         try:
             n = len(decode(text))
@@ -239,7 +244,7 @@ class TraceStream:
                 raise _Broken from None
             raise
         self.event_count += n
-        return text, first, n, None
+        return Batch(text, first, n, None)
 
     def _where(self, msg: str) -> str:
         m = re.search(r"`\$\[(\d+)\]([^`]*)`", msg)
@@ -250,7 +255,7 @@ class TraceStream:
         what = msg.split(" - at ")[0]
         return f"traceEvents[{index}] field '{field}': {what}; fix or drop that event"
 
-    def _cut(self, buf: bytes, pos: int, decode, limit: int | None = None) -> tuple[tuple, int] | None:
+    def _cut(self, buf: bytes, pos: int, decode, limit: int | None = None) -> tuple[Batch, int] | None:
         """Decode the longest run of complete events starting at pos that ends
         at the last `},{` boundary before limit; return (events, start of next event)."""
         hi = len(buf) if limit is None else min(limit, len(buf))
@@ -275,7 +280,7 @@ class TraceStream:
             hi = j
         return None
 
-    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple]:
+    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[Batch]:
         # complete file: the array's closing bracket followed by valid metadata
         hi = len(rest)
         tries = 0
@@ -302,19 +307,19 @@ class TraceStream:
             tries += 1
             segment = rest[:q].strip(_WS)
             try:
-                events = self._run(decode, segment) if segment else (b"[]", self.event_count, 0, None)
+                events = self._run(decode, segment) if segment else Batch(b"[]", self.event_count, 0, None)
             except msgspec.DecodeError as e:
                 if not _decode_error(e):
                     raise
                 continue
             for key, value in tail_meta.items():
                 self.metadata.setdefault(key, value)
-            if events[2]:
+            if events.n:
                 yield events
             return
         yield from self._salvage(rest, decode, array_format)
 
-    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple]:
+    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[Batch]:
         """The array never closes: keep every complete event, count the rest."""
         self.truncated = True
         hi = len(rest)
@@ -330,12 +335,12 @@ class TraceStream:
                     raise
                 continue
             self._lost(rest[j + 1:], array_format)
-            if events[2]:
+            if events.n:
                 yield events
             return
         self._lost(rest, array_format)
 
-    def _salvage_broken(self, buf: bytes, pos: int, dropped: int, decode, blocks) -> Iterator[tuple]:
+    def _salvage_broken(self, buf: bytes, pos: int, dropped: int, decode, blocks) -> Iterator[Batch]:
         """traceEvents is not JSON somewhere in buf[pos:]: keep every complete event before that byte,
         count the events after it, and say where the file is broken."""
         try:
@@ -357,7 +362,7 @@ class TraceStream:
                     raise
                 continue
             kept_to = j + 1
-            if events[2]:
+            if events.n:
                 yield events
             break
         # the events from the broken one on are lost: count their phases (a cheap byte count)
