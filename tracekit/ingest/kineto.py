@@ -30,10 +30,30 @@ from ..store.schema import ARG_COLUMNS, STORED_EVENT_COLUMNS, TABLES
 from ..store.sql import copy_sql, literal, literal_list
 from .reader import CHUNK_BYTES, TraceStream
 
-try:  # the compiled events decoder (setup.py); without it every run takes DuckDB's JSON reader
+
+def _unusable(events) -> str | None:
+    """Why the compiled events decoder module `events` (None: not importable) cannot be used, or None. A
+    build from an older _events.c (an editable install not rebuilt) gives other columns than the schema's."""
+    if events is None:
+        return "not built (no C compiler at install?)"
+    if events.COLUMNS != tuple(c for c, _, _ in STORED_EVENT_COLUMNS) + ("_deferred",):
+        return "built from an older _events.c: its columns are not the schema's (run pip install again)"
+    return None
+
+
+# The compiled events decoder (setup.py builds it at install); without it every run takes DuckDB's JSON
+# reader. _EVENTS_UNUSED says why, for decoder_in_use.
+try:
     from . import _events
-except ImportError:  # pragma: no cover - built without a C compiler
+except ImportError:  # built without a C compiler
     _events = None
+_EVENTS_UNUSED = _unusable(_events)
+if _EVENTS_UNUSED:
+    _events = None
+# Without the compiled decoder ingest takes this much longer (CPU seconds on bench/ingest.py's trace,
+# hta/df_index_resolver: 0.87 s vs 0.47 s); README.md and setup.py say the same.
+DUCKDB_PATH_SLOWER = "~1.8x"
+
 
 _RANK_PATTERNS = (
     re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE),
@@ -474,7 +494,28 @@ def _decode_run(events, first_id: int, head_metadata: dict):
 def _decoder():
     """The reader's decoder (TraceStream's `decoder`): the compiled one, unless it is not built or
     TRACEKIT_DECODER=duckdb asks for DuckDB's reader on every run."""
-    return _decode_run if _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb" else None
+    return _decode_run if _events is not None and not _duckdb_asked() else None
+
+
+def _duckdb_asked() -> bool:
+    return os.environ.get("TRACEKIT_DECODER") == "duckdb"
+
+
+def decoder_in_use() -> str:
+    """Which reader turns the events of a trace into columns in this installation (`tracekit info`)."""
+    if _events is None:
+        return (f"DuckDB's JSON reader: the compiled decoder (tracekit/ingest/_events.c) is {_EVENTS_UNUSED}; "
+                f"ingest takes {DUCKDB_PATH_SLOWER} as long without it: install a C compiler (gcc) and run "
+                "pip install again")
+    if _duckdb_asked():
+        return "DuckDB's JSON reader (TRACEKIT_DECODER=duckdb)"
+    return "compiled (tracekit/ingest/_events.c; DuckDB's JSON reader for a run it declines)"
+
+
+def decoder_missing() -> bool:
+    """True when ingest reads with DuckDB's JSON reader because the compiled decoder cannot be used (not
+    when TRACEKIT_DECODER=duckdb asks for it)."""
+    return _events is None
 
 
 def _write_events(con, params: dict, text: bytes, target: str) -> None:
