@@ -96,6 +96,24 @@ def _group_spec(group: str) -> tuple[str, list[str]]:
     return literal(msgspec.json.encode(spec).decode()), cols
 
 
+def _us_to_ns(us: str, reading: str = "double") -> str:
+    """The SQL that turns microseconds into int64 ns: every ts_ns and dur_ns of ingest comes from here (and
+    from _events.c, which gives the same values: its us_to_ns and field_time).
+
+    reading "double": `us` is a DOUBLE (exact to the ns below 2^42 us): whole values scale as integers (exact
+    up to 2^53), others give round(us * 1000); NULL beyond int64 ns, and for NaN.
+    reading "text": `us` is the number's text: round(DECIMAL(38,6) * 1000), exact for every value Kineto
+    writes (the large fractional ts that a double cannot hold to the ns); NULL where that is no number or
+    beyond int64 ns.
+    """
+    if reading == "text":
+        return f"TRY_CAST(round(TRY_CAST({us} AS DECIMAL(38,6)) * 1000) AS BIGINT)"
+    assert reading == "double", reading
+    return (f"CASE WHEN NOT abs({us}) < 9.2e15 THEN NULL "
+            f"WHEN {us} = trunc({us}) THEN TRY_CAST({us} AS BIGINT) * 1000 "
+            f"ELSE TRY_CAST(round({us} * 1000) AS BIGINT) END")
+
+
 def _typed_sql(exact_ts: bool = False) -> str:
     """SQL from one chunk file of events (a JSON array) to the events schema.
 
@@ -126,10 +144,6 @@ def _typed_sql(exact_ts: bool = False) -> str:
     # also read '0x1f' or ' 7' as integers (cheaper than a regular expression).
     as_int = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT)::VARCHAR = {c} THEN TRY_CAST({c} AS BIGINT) END"  # noqa: E731
     label = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT)::VARCHAR IS DISTINCT FROM {c} THEN {c} END"  # noqa: E731
-    # whole microseconds are exact as doubles up to 2^53: scale them as integers
-    us_to_ns = lambda c: (f"CASE WHEN NOT abs({c}) < 9.2e15 THEN NULL "  # beyond int64 ns (or NaN)  # noqa: E731
-                          f"WHEN {c} = trunc({c}) THEN TRY_CAST({c} AS BIGINT) * 1000 "
-                          f"ELSE TRY_CAST(round({c} * 1000) AS BIGINT) END")
     return f"""
     WITH r AS (
       SELECT ordinality - 1 + $first_id AS event_id, *
@@ -141,8 +155,8 @@ def _typed_sql(exact_ts: bool = False) -> str:
     SELECT event_id, ph, cat, name,
       {as_int("pid")} AS pid, {as_int("tid")} AS tid,
       {label("pid")} AS pid_label, {label("tid")} AS tid_label,
-      {_exact_ts_sql() if exact_ts else us_to_ns("ts")} + $base AS ts_ns,
-      {us_to_ns("dur")} AS dur_ns,
+      {_exact_ts_sql() if exact_ts else _us_to_ns("ts")} + $base AS ts_ns,
+      {_us_to_ns("dur")} AS dur_ns,
       {as_int("id")} AS flow_id, {label("id")} AS flow_id_label,
       bp, s AS scope,
       {", ".join(cols)},
@@ -154,7 +168,7 @@ def _exact_ts_sql() -> str:
     # as _exact_ts: TRY_CAST of the number's text (a JSON string keeps its quotes: NULL, as there)
     return ("CASE WHEN json_type(ts) IN ('OBJECT', 'ARRAY') OR (json_type(ts) = 'VARCHAR' AND "
             "TRY_CAST(json_extract_string(ts, '$') AS DOUBLE) IS NULL) THEN error('ts is not a number') "
-            "ELSE TRY_CAST(round(TRY_CAST(ts::VARCHAR AS DECIMAL(38,6)) * 1000) AS BIGINT) END")
+            f"ELSE {_us_to_ns('ts::VARCHAR', 'text')} END")
 
 
 _TYPED_SQL = _typed_sql()
@@ -181,7 +195,7 @@ def _exact_ts(con, text: bytes, first_id: int, base: int, rel: "duckdb.DuckDBPyR
     ts_text = pa.table({"event_id": pa.array(range(first_id, first_id + len(raws)), pa.int64()),  # noqa: F841
                         "ts_raw": pa.array(raws, pa.binary()).cast(pa.string())})
     return con.sql(
-        "SELECT e.* REPLACE (TRY_CAST(round(TRY_CAST(t.ts_raw AS DECIMAL(38,6)) * 1000) AS BIGINT) + "
+        f"SELECT e.* REPLACE ({_us_to_ns('t.ts_raw', 'text')} + "
         f"{int(base)} AS ts_ns) FROM rel e JOIN ts_text t USING (event_id) ORDER BY event_id")
 
 
