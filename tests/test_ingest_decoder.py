@@ -26,7 +26,7 @@ def test_decoder_columns_are_the_schemas():
         pytest.skip("the compiled events decoder is not built")
     assert events.COLUMNS == tuple(c for c, _, _ in STORED_EVENT_COLUMNS) + ("_deferred",)
     assert kineto._unusable(events) is None
-    run = events.decode(b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"stream": 7}}]', 0, 0)
+    run = events.decode(b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"stream": 7}}]', 0, 0)  # noqa: F841 (SQL)
     con = duckdb.connect()
     described = con.execute("DESCRIBE SELECT * FROM run").fetchall()
     assert [(c, t) for c, t, *_ in described] == [(c, t) for c, t, _ in STORED_EVENT_COLUMNS] + [("_deferred", "VARCHAR")]

@@ -187,9 +187,9 @@ def test_a_lone_surrogate_escape_keeps_its_event_with_a_replacement_character(tm
     d.mkdir()
     (d / "trace.json").write_bytes(_doc(ops)[:-1] + b', "distributedInfo": {"rank": 1, "world_size": 2}}')
     report = ingest(str(d), str(tmp_path / "s"))
-    assert report.warnings == {"trace.json": [
+    assert report.warnings == {"trace.json": [(
         "traceEvents[0] and 1 more event(s): a string held a lone UTF-16 surrogate escape (such as \\ud800, half "
-        "of a pair: no character); kept the event with U+FFFD in its place"]}
+        "of a pair: no character); kept the event with U+FFFD in its place")]}
     run = tracekit.open(str(d), store=str(tmp_path / "s"))
     names = run.sql("SELECT rank, name FROM events ORDER BY event_id")
     assert names["rank"].tolist() == [1] * 6
