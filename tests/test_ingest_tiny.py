@@ -218,3 +218,23 @@ def test_chunked_reading_matches_one_chunk(tmp_path):
     b = duckdb.sql(q.format(big.staged["events"])).fetchall()
     assert a == b and len(a) == len(tiny_events(200))
     assert [r[0] for r in a] == list(range(len(a)))
+
+
+def test_an_empty_table_orders_its_columns_as_a_full_one(tiny_dir, tmp_path):
+    """The tiny run has events but no flight-recorder entries: both tables' views list the schema's
+    columns in its order, then rank (hive partitioning appends it), empty or not."""
+    import duckdb
+
+    from tracekit.store import create_table_view
+    from tracekit.store.schema import TABLES
+
+    run = _open(tiny_dir, tmp_path)
+    assert run.sql("SELECT count(*) AS n FROM _fr_entries")["n"].tolist() == [0]
+    for table in ("events", "fr_entries"):
+        cols = run.sql(f"DESCRIBE _{table}")["column_name"].tolist()
+        assert cols == [c for c, _, _ in TABLES[table]] + ["rank"], table
+    con = duckdb.connect()
+    create_table_view(con, "empty_events", [], TABLES["events"])
+    full = run.sql("DESCRIBE _events")
+    empty = con.execute("DESCRIBE empty_events").fetchdf()
+    assert empty[["column_name", "column_type"]].values.tolist() == full[["column_name", "column_type"]].values.tolist()

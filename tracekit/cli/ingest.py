@@ -52,6 +52,8 @@ def ingest_cmd(trace_dir, store, rank_from, jobs, executor, skip_bad, force, qui
         echo_notes(notes, f"note: {source}")
     for source, why in r.failed.items():
         echo_err(f"skipped unreadable trace {source}: {why}")
+    if r.decoder_note:
+        echo_err(f"note: {r.decoder_note}")
     if not quiet:
         click.echo(f"store: {r.store_dir}")
         click.echo(f"ingested {len(r.ingested)} file(s), {len(r.unchanged)} unchanged, "
@@ -76,11 +78,12 @@ def info_cmd(trace_dir, store, fmt):
       tracekit info runs/job42/ --format json
     """
     import tracekit
+    from tracekit.ingest.kineto import decoder_in_use
 
     run = tracekit.open(trace_dir, store)
     info = run.info()
     if fmt == "json":
-        click.echo(to_json(info))
+        click.echo(to_json({**info, "decoder": decoder_in_use()}))
         return
     ws = info["world_size"]
     click.echo(f"trace dir:  {info['trace_dir']}")
@@ -108,6 +111,7 @@ def info_cmd(trace_dir, store, fmt):
         click.echo(f"flight-recorder dumps: {len(info['flight_recorder_dumps'])} (see tracekit comms check)")
     if info["skipped"]:
         click.echo(f"not traces (skipped): {', '.join(sorted(info['skipped']))}")
+    click.echo(f"ingest's events decoder: {decoder_in_use()}")
 
 
 def _ranges(ranks: list[int]) -> str:

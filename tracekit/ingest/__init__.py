@@ -20,7 +20,7 @@ from ..store.manifest import Manifest, SourceEntry
 from ..store.schema import SCHEMA_VERSION
 from .executor import Executor, parse_executor
 from .plan import REPORTED_KINDS, Plan, discover, plan
-from .kineto import ONLY_TRACE, ONLY_TRACE_NOTE
+from .kineto import ONLY_TRACE, ONLY_TRACE_NOTE, decoder_in_use, decoder_missing
 from .runner import Read, run
 
 __all__ = ["IngestReport", "ingest", "discover", "RANK_FROM_CHOICES"]
@@ -40,6 +40,8 @@ class IngestReport:
     warnings: dict[str, list[str]] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)  # what ingest assumed, per source
     seconds: float = 0.0
+    # traces were read without the compiled events decoder, which this installation lacks: why, and what to do
+    decoder_note: str | None = None
 
 
 def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "auto", jobs: int | None = None,
@@ -88,6 +90,8 @@ def ingest(trace_dir: str, store_dir: str | None = None, *, rank_from: str = "au
                        forced=_forced_ranks(rank_from, traces), only_trace=len(traces) == 1, jobs=jobs,
                        skip_bad=skip_bad, failed=report.failed, progress=progress, ex=ex)
             _commit_read(store_dir, gen, trace_dir, p, read, report)
+            if decoder_missing() and any(d.planned.kind == "trace" for d in read):
+                report.decoder_note = decoder_in_use()
         finally:
             _commit.clear_staging(store_dir)
         _commit.remove_orphans(store_dir, p.manifest, contents_changed=bool(read or p.removed))

@@ -7,7 +7,8 @@
  * in a way this one does not reproduce (a malformed or non-object event, a repeated key, a ts written
  * as text, a pid that is a float or a boolean, an escaped key, invalid UTF-8, nesting beyond
  * MAX_DEPTH, a timestamp tie that DuckDB's decimal rounding decides ...) decode() returns None and the
- * caller takes the general path, which also names the bad event.
+ * caller takes the general path, which also names the bad event. (A lone surrogate escape, \ud800, is
+ * declined too; the reader then replaces it with U+FFFD's and hands the run over again: reader._run.)
  *
  * The rules it reproduces (tests/test_ingest_fastpath.py checks that both paths agree, on generated
  * runs and on every real trace):

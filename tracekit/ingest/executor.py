@@ -127,7 +127,7 @@ def _submit_all(client, executor: Executor, tasks, on_done, as_completed, wait) 
             except Exception as e:  # the worker died (KilledWorker) or the task could not run there
                 reply = {"error": {"path": task["path"], "reason": f"the Dask task failed ({type(e).__name__}: "
                                    f"{e}); is tracekit installed on every worker?"}}
-            on_done(task["source"], _getter(reply, task))
+            on_done(task["source"], result_getter(reply, _staged_here(task)))
     finally:
         # on an error, let the tasks already running finish before the caller removes the staging
         # directory they write into (as the local pool does); the queued ones are cancelled
@@ -141,17 +141,29 @@ def _submit_all(client, executor: Executor, tasks, on_done, as_completed, wait) 
             wait([f for f in pending if f.key in running], timeout=120)
 
 
-def _getter(reply: dict, task: dict) -> Callable[[], FileResult]:
+def result_getter(reply: dict, check: Callable[[FileResult], None] | None = None) -> Callable[[], FileResult]:
+    """An executor's reply (`{"ok": FileResult fields}` or `{"error": {"path", "reason"}}`) -> the get_result
+    that on_done receives: it raises TraceFileError for a bad file, else returns the FileResult, once
+    `check` (when given) has accepted it."""
     def get() -> FileResult:
         if "error" in reply:
             raise TraceFileError(reply["error"]["path"], reply["error"]["reason"])
         r = FileResult(**reply["ok"])
+        if check is not None:
+            check(r)
+        return r
+
+    return get
+
+
+def _staged_here(task: dict) -> Callable[[FileResult], None]:
+    """A Dask task's result check: every file the worker staged must be visible on this machine."""
+    def check(r: FileResult) -> None:
         missing = [p for ps in r.staged.values() for p in ps if not os.path.exists(p)]
         if missing:
             raise TracekitError(
                 f"--executor dask: a worker wrote {missing[0]}, which this machine cannot see; the store "
                 f"({os.path.dirname(os.path.dirname(os.path.dirname(task['stage'])))}) must be on a filesystem "
                 "shared by the client and every worker, under the same path")
-        return r
 
-    return get
+    return check

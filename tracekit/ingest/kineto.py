@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import msgspec
@@ -31,10 +31,30 @@ from ..store.sql import copy_sql, literal, literal_list
 from ..store.steps import steps_query
 from .reader import CHUNK_BYTES, TraceStream
 
-try:  # the compiled events decoder (setup.py); without it every run takes DuckDB's JSON reader
+
+def _unusable(events) -> str | None:
+    """Why the compiled events decoder module `events` (None: not importable) cannot be used, or None. A
+    build from an older _events.c (an editable install not rebuilt) gives other columns than the schema's."""
+    if events is None:
+        return "not built (no C compiler at install?)"
+    if events.COLUMNS != tuple(c for c, _, _ in STORED_EVENT_COLUMNS) + ("_deferred",):
+        return "built from an older _events.c: its columns are not the schema's (run pip install again)"
+    return None
+
+
+# The compiled events decoder (setup.py builds it at install); without it every run takes DuckDB's JSON
+# reader. _EVENTS_UNUSED says why, for decoder_in_use.
+try:
     from . import _events
-except ImportError:  # pragma: no cover - built without a C compiler
+except ImportError:  # built without a C compiler
     _events = None
+_EVENTS_UNUSED = _unusable(_events)
+if _EVENTS_UNUSED:
+    _events = None
+# Without the compiled decoder ingest takes this much longer (CPU seconds on bench/ingest.py's trace,
+# hta/df_index_resolver: 0.87 s vs 0.47 s); README.md and setup.py say the same.
+DUCKDB_PATH_SLOWER = "~1.8x"
+
 
 _RANK_PATTERNS = (
     re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE),
@@ -77,6 +97,24 @@ def _group_spec(group: str) -> tuple[str, list[str]]:
     return literal(msgspec.json.encode(spec).decode()), cols
 
 
+def _us_to_ns(us: str, reading: str = "double") -> str:
+    """The SQL that turns microseconds into int64 ns: every ts_ns and dur_ns of ingest comes from here (and
+    from _events.c, which gives the same values: its us_to_ns and field_time).
+
+    reading "double": `us` is a DOUBLE (exact to the ns below 2^42 us): whole values scale as integers (exact
+    up to 2^53), others give round(us * 1000); NULL beyond int64 ns, and for NaN.
+    reading "text": `us` is the number's text: round(DECIMAL(38,6) * 1000), exact for every value Kineto
+    writes (the large fractional ts that a double cannot hold to the ns); NULL where that is no number or
+    beyond int64 ns.
+    """
+    if reading == "text":
+        return f"TRY_CAST(round(TRY_CAST({us} AS DECIMAL(38,6)) * 1000) AS BIGINT)"
+    assert reading == "double", reading
+    return (f"CASE WHEN NOT abs({us}) < 9.2e15 THEN NULL "
+            f"WHEN {us} = trunc({us}) THEN TRY_CAST({us} AS BIGINT) * 1000 "
+            f"ELSE TRY_CAST(round({us} * 1000) AS BIGINT) END")
+
+
 def _typed_sql(exact_ts: bool = False) -> str:
     """SQL from one chunk file of events (a JSON array) to the events schema.
 
@@ -107,10 +145,6 @@ def _typed_sql(exact_ts: bool = False) -> str:
     # also read '0x1f' or ' 7' as integers (cheaper than a regular expression).
     as_int = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT)::VARCHAR = {c} THEN TRY_CAST({c} AS BIGINT) END"  # noqa: E731
     label = lambda c: f"CASE WHEN TRY_CAST({c} AS BIGINT)::VARCHAR IS DISTINCT FROM {c} THEN {c} END"  # noqa: E731
-    # whole microseconds are exact as doubles up to 2^53: scale them as integers
-    us_to_ns = lambda c: (f"CASE WHEN NOT abs({c}) < 9.2e15 THEN NULL "  # beyond int64 ns (or NaN)  # noqa: E731
-                          f"WHEN {c} = trunc({c}) THEN TRY_CAST({c} AS BIGINT) * 1000 "
-                          f"ELSE TRY_CAST(round({c} * 1000) AS BIGINT) END")
     return f"""
     WITH r AS (
       SELECT ordinality - 1 + $first_id AS event_id, *
@@ -122,8 +156,8 @@ def _typed_sql(exact_ts: bool = False) -> str:
     SELECT event_id, ph, cat, name,
       {as_int("pid")} AS pid, {as_int("tid")} AS tid,
       {label("pid")} AS pid_label, {label("tid")} AS tid_label,
-      {_exact_ts_sql() if exact_ts else us_to_ns("ts")} + $base AS ts_ns,
-      {us_to_ns("dur")} AS dur_ns,
+      {_exact_ts_sql() if exact_ts else _us_to_ns("ts")} + $base AS ts_ns,
+      {_us_to_ns("dur")} AS dur_ns,
       {as_int("id")} AS flow_id, {label("id")} AS flow_id_label,
       bp, s AS scope,
       {", ".join(cols)},
@@ -135,7 +169,7 @@ def _exact_ts_sql() -> str:
     # as _exact_ts: TRY_CAST of the number's text (a JSON string keeps its quotes: NULL, as there)
     return ("CASE WHEN json_type(ts) IN ('OBJECT', 'ARRAY') OR (json_type(ts) = 'VARCHAR' AND "
             "TRY_CAST(json_extract_string(ts, '$') AS DOUBLE) IS NULL) THEN error('ts is not a number') "
-            "ELSE TRY_CAST(round(TRY_CAST(ts::VARCHAR AS DECIMAL(38,6)) * 1000) AS BIGINT) END")
+            f"ELSE {_us_to_ns('ts::VARCHAR', 'text')} END")
 
 
 _TYPED_SQL = _typed_sql()
@@ -162,7 +196,7 @@ def _exact_ts(con, text: bytes, first_id: int, base: int, rel: "duckdb.DuckDBPyR
     ts_text = pa.table({"event_id": pa.array(range(first_id, first_id + len(raws)), pa.int64()),  # noqa: F841
                         "ts_raw": pa.array(raws, pa.binary()).cast(pa.string())})
     return con.sql(
-        "SELECT e.* REPLACE (TRY_CAST(round(TRY_CAST(t.ts_raw AS DECIMAL(38,6)) * 1000) AS BIGINT) + "
+        f"SELECT e.* REPLACE ({_us_to_ns('t.ts_raw', 'text')} + "
         f"{int(base)} AS ts_ns) FROM rel e JOIN ts_text t USING (event_id) ORDER BY event_id")
 
 
@@ -315,10 +349,10 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
         made.append((con.cursor(), scratch))
         idle.put(made[-1])
     parts: list[str] = []
-    checks: list[tuple | None] = []  # per part, what the decoder gathered for the checks (None: not decoded)
+    checks: list[PartChecks | None] = []  # per part, what the decoder gathered for the checks (None: not decoded)
     base = None
 
-    def convert(text: bytes | None, first_id: int, run, target: str) -> tuple[str, tuple | None]:
+    def convert(text: bytes | None, first_id: int, run, target: str) -> tuple[str, PartChecks | None]:
         con, scratch = idle.get()
         try:
             params = {"path": scratch, "first_id": first_id, "base": base, "max_object": _MAX_OBJECT}
@@ -356,7 +390,7 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
                 if base is None:
                     base = _base(stream.head_metadata)
                 target = os.path.join(stage_dir, f"events-{len(parts) + len(inflight):06d}.parquet")
-                inflight.append(pool.submit(convert, item[0], item[1], item[3], target))
+                inflight.append(pool.submit(convert, item.text, item.first, item.decoded, target))
                 del item
             for fut in inflight:
                 _add(parts, checks, fut.result())
@@ -410,16 +444,27 @@ def _convert_file(path, source, stage_dir, stream: TraceStream, reader: _Prefetc
                       warnings=list(stream.warnings), world_size=world_size)
 
 
-_MAX_OBJECT = 16 << 20
 _CAST_EVENTS = ", ".join(f"CAST({c} AS {t}) AS {c}" for c, t, _ in STORED_EVENT_COLUMNS)
 
 
-def _add(parts: list[str], checks: list, written: tuple[str, tuple | None]) -> None:
+class PartChecks(NamedTuple):
+    """What ingest's checks (_run_checks) need from one Parquet part of events: from the compiled decoder
+    (its Run.checks), or from one query over the parts it did not decode."""
+
+    rows: int
+    first_ts_ns: int | None
+    last_end_ns: int | None  # max(ts_ns + coalesce(dur_ns, 0))
+    first_untimed_complete: int | None  # the event id of the first ph X event without both ts and dur
+    may_hold_comm_args: bool  # some args_json may hold collective metadata (_COMM_ARGS)
+    first_overflow: int | None  # the event id of the first event whose ts + dur is beyond int64
+
+
+def _add(parts: list[str], checks: list, written: tuple[str, PartChecks | None]) -> None:
     parts.append(written[0])
     checks.append(written[1])
 
 
-def _run_checks(con, path: str, parts: list[str], checks: list[tuple | None]):
+def _run_checks(con, path: str, parts: list[str], checks: list[PartChecks | None]):
     """Refuse a file with a complete event that lacks a time or ends beyond int64 ns; else return its event
     count, span (first ts, last end) and the parts that may hold collective args. From what the decoder
     gathered (`checks`, per part), and one query over the parts it did not decode."""
@@ -428,28 +473,28 @@ def _run_checks(con, path: str, parts: list[str], checks: list[tuple | None]):
     if rest:
         rel = f"read_parquet({literal_list(rest)})"
         try:
-            known.append(con.execute(
+            known.append(PartChecks(*con.execute(
                 f"SELECT count(*), min(ts_ns), max(ts_ns + coalesce(dur_ns, 0)), "
                 f"min(event_id) FILTER (WHERE ph = 'X' AND (ts_ns IS NULL OR dur_ns IS NULL)), true, NULL "
-                f"FROM {rel}").fetchall()[0])
+                f"FROM {rel}").fetchall()[0]))
         except duckdb.OutOfRangeException:  # some ts + dur beyond int64
-            known.append((0, None, None, None, True, con.execute(
+            known.append(PartChecks(0, None, None, None, True, con.execute(
                 f"SELECT min(event_id) FROM {rel} "
                 f"WHERE ts_ns::HUGEINT + dur_ns NOT BETWEEN {-(1 << 63)} AND {(1 << 63) - 1}").fetchall()[0][0]))
 
-    def least(i, f):
-        vals = [k[i] for k in known if k[i] is not None]
+    def least(field: str, f):
+        vals = [getattr(k, field) for k in known if getattr(k, field) is not None]
         return f(vals) if vals else None
 
-    overflow, bad = least(5, min), least(3, min)
+    overflow, bad = least("first_overflow", min), least("first_untimed_complete", min)
     if overflow is not None:
         raise TraceFileError(path, f"traceEvents[{overflow}]: its ts + dur ends beyond what 64-bit nanoseconds hold "
                                    "(292 years); fix or drop that event")
     if bad is not None:
         raise TraceFileError(path, f"traceEvents[{bad}]: a complete event (ph X) needs numeric 'ts' and 'dur'; "
                                    "fix or drop that event")
-    comm = [p for p, c in zip(parts, checks) if c is None or c[4]]
-    return sum(k[0] for k in known), least(1, min), least(2, max), comm
+    comm = [p for p, c in zip(parts, checks) if c is None or c.may_hold_comm_args]
+    return sum(k.rows for k in known), least("first_ts_ns", min), least("last_end_ns", max), comm
 
 
 def _base(head_metadata: dict) -> int:
@@ -464,7 +509,28 @@ def _decode_run(events, first_id: int, head_metadata: dict):
 def _decoder():
     """The reader's decoder (TraceStream's `decoder`): the compiled one, unless it is not built or
     TRACEKIT_DECODER=duckdb asks for DuckDB's reader on every run."""
-    return _decode_run if _events is not None and os.environ.get("TRACEKIT_DECODER") != "duckdb" else None
+    return _decode_run if _events is not None and not _duckdb_asked() else None
+
+
+def _duckdb_asked() -> bool:
+    return os.environ.get("TRACEKIT_DECODER") == "duckdb"
+
+
+def decoder_in_use() -> str:
+    """Which reader turns the events of a trace into columns in this installation (`tracekit info`)."""
+    if _events is None:
+        return (f"DuckDB's JSON reader: the compiled decoder (tracekit/ingest/_events.c) is {_EVENTS_UNUSED}; "
+                f"ingest takes {DUCKDB_PATH_SLOWER} as long without it: install a C compiler (gcc) and run "
+                "pip install again")
+    if _duckdb_asked():
+        return "DuckDB's JSON reader (TRACEKIT_DECODER=duckdb)"
+    return "compiled (tracekit/ingest/_events.c; DuckDB's JSON reader for a run it declines)"
+
+
+def decoder_missing() -> bool:
+    """True when ingest reads with DuckDB's JSON reader because the compiled decoder cannot be used (not
+    when TRACEKIT_DECODER=duckdb asks for it)."""
+    return _events is None
 
 
 def _write_events(con, params: dict, text: bytes, target: str) -> None:
@@ -498,13 +564,12 @@ def _decoded_sql() -> str:
 _DECODED_SQL = _decoded_sql()
 
 
-def _write_decoded(con, run, target: str) -> tuple:
+def _write_decoded(con, run, target: str) -> PartChecks:
     """The compiled decoder's run (an Arrow C stream of the stored columns) -> one Parquet part. Returns what
-    the decoder gathered for the checks: (rows, first ts, last end, first complete event without both
-    times, may hold comm args, first event ending beyond int64), see _run_checks."""
+    the decoder gathered for the checks (its Run.checks holds the fields after rows, in PartChecks' order)."""
     select = _DECODED_SQL if run.deferred else "SELECT * EXCLUDE (_deferred) FROM run"
     con.execute(copy_sql(select, target))
-    return (run.rows,) + run.checks
+    return PartChecks(run.rows, *run.checks)
 
 
 def _copy_events(con, typed_sql: str, params: dict, target: str) -> None:

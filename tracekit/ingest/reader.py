@@ -13,6 +13,7 @@ one is tried.
 """
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import zlib
@@ -22,7 +23,7 @@ try:  # ISA-L inflates gzip about 3x faster than zlib; same interface and errors
 except ImportError:  # pragma: no cover - platforms without an isal wheel
     _inflate = zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -42,6 +43,56 @@ def _decode_error(exc: Exception) -> bool:
 
 
 _MALFORMED = re.compile(r"JSON is malformed: (.*) \(byte (\d+)\)")
+# A \u escape of a UTF-16 surrogate (D800-DFFF); _ESCAPE reads every escape in order, so that an escaped
+# backslash before "ud800" is not taken for one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+_REPLACEMENT_ESCAPE = b"\\ufffd"  # U+FFFD, as long as the escape it replaces
+
+
+def _lone_surrogates(text: bytes | memoryview) -> list[int]:
+    """The offsets of the \\u escapes in text that are half of a UTF-16 surrogate pair without the other
+    half: valid JSON syntax but no character, which msgspec and DuckDB refuse ("unexpected end of hex
+    escape"). Empty for text without one (one regular-expression search)."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return []
+    lone: list[int] = []
+    high = None  # (start, end) of a high surrogate escape waiting for its low half
+    for m in _ESCAPE.finditer(text):
+        cp = int(m.group(1), 16) if m.group(1) else None
+        if high is not None:
+            if cp is not None and 0xDC00 <= cp <= 0xDFFF and m.start() == high[1]:
+                high = None  # a pair: one character
+                continue
+            lone.append(high[0])
+            high = None
+        if cp is not None and 0xD800 <= cp <= 0xDBFF:
+            high = (m.start(), m.end())
+        elif cp is not None and 0xDC00 <= cp <= 0xDFFF:
+            lone.append(m.start())
+    if high is not None:
+        lone.append(high[0])
+    return lone
+
+
+def _replace_lone_surrogates(text: bytes | memoryview) -> tuple[bytes, list[int]]:
+    """text with each lone surrogate escape replaced by U+FFFD's (the same length), and their offsets."""
+    lone = _lone_surrogates(text)
+    if not lone:
+        return bytes(text), lone
+    out = bytearray(text)
+    for at in lone:
+        out[at:at + len(_REPLACEMENT_ESCAPE)] = _REPLACEMENT_ESCAPE
+    return bytes(out), lone
+
+
+class Batch(NamedTuple):
+    """One run of consecutive complete events, as TraceStream.batches yields it."""
+
+    text: bytes | None  # the events as a JSON array (checked to be complete, valid JSON); None when decoded
+    first: int  # the index of its first event in traceEvents
+    n: int  # its number of events
+    decoded: Any  # what the stream's decoder made of it (a Run of _events), or None
 
 
 class _Broken(Exception):
@@ -77,6 +128,7 @@ class TraceStream:
         self.truncated = False
         self.broken: str | None = None  # where traceEvents stops being JSON
         self.warnings: list[str] = []
+        self._replaced: list[int] = []  # events in which a lone surrogate escape was replaced (_run)
 
     # -- bytes --------------------------------------------------------------
     def _blocks(self) -> Iterator[bytes]:
@@ -123,13 +175,17 @@ class TraceStream:
                 self.warnings.append("gzip stream ends early (file cut short)")
 
     # -- events -------------------------------------------------------------
-    def batches(self) -> Iterator[tuple[bytes | None, int, int, Any]]:
-        """Yield (b"[...]", first, n, None) or (None, first, n, decoded): runs of consecutive complete events,
-        as a JSON array, or as what the decoder made of it.
+    def batches(self) -> Iterator[Batch]:
+        """Yield the runs of consecutive complete events: each as a JSON array (Batch.text), or as what the
+        decoder made of it (Batch.decoded)."""
+        yield from self._batches()
+        if self._replaced:
+            more = f" and {len(self._replaced) - 1} more event(s)" if len(self._replaced) > 1 else ""
+            self.warnings.append(
+                f"traceEvents[{self._replaced[0]}]{more}: a string held a lone UTF-16 surrogate escape (such as "
+                "\\ud800, half of a pair: no character); kept the event with U+FFFD in its place")
 
-        Each array has been checked to be complete, valid JSON; `first` is the
-        index of its first event in traceEvents, `n` its number of events.
-        """
+    def _batches(self) -> Iterator[Batch]:
         decode = _SPLIT.decode
         blocks = self._blocks()
         buf = b""
@@ -222,12 +278,34 @@ class TraceStream:
             raise TraceFileError(self.path, f"not valid JSON ({e})") from None
         raise NotATraceError(self.path, "valid JSON but has no traceEvents array (not a Kineto trace)")
 
-    def _run(self, decode: Callable[[bytes], list], segment: bytes | memoryview) -> tuple[bytes | None, int, int, Any]:
+    def _run(self, decode: Callable[[bytes], list], segment: bytes | memoryview) -> Batch:
+        """The run `segment` (events without the array's brackets) as a Batch. A run that neither the decoder
+        nor the JSON check takes is tried once more with its lone surrogate escapes replaced, when it has
+        some: both readers then take it (they refuse the escape, not the event)."""
+        try:
+            return self._checked_run(decode, segment)
+        except (msgspec.DecodeError, _Broken):
+            repaired, lone = _replace_lone_surrogates(segment)
+            if not lone:
+                raise
+            first = self.event_count
+            batch = self._checked_run(decode, repaired)
+            # which events held them: the events' offsets in the run (a rare path: one more decode)
+            starts, at = [], 0
+            for raw in _SPLIT.decode(b"[" + repaired + b"]"):
+                r = bytes(raw)
+                at = repaired.index(r, at)
+                starts.append(at)
+                at += len(r)
+            self._replaced.extend(sorted({first + bisect.bisect_right(starts, o) - 1 for o in lone}))
+            return batch
+
+    def _checked_run(self, decode: Callable[[bytes], list], segment: bytes | memoryview) -> Batch:
         first = self.event_count
         decoded = self._decoder(segment, first, self.head_metadata) if self._decoder is not None else None
         if decoded is not None:
             self.event_count += decoded.rows
-            return None, first, decoded.rows, decoded
+            return Batch(None, first, decoded.rows, decoded)
         text = b"[" + segment + b"]"
         try:
             n = len(decode(text))
@@ -239,7 +317,7 @@ class TraceStream:
                 raise _Broken from None
             raise
         self.event_count += n
-        return text, first, n, None
+        return Batch(text, first, n, None)
 
     def _where(self, msg: str) -> str:
         m = re.search(r"`\$\[(\d+)\]([^`]*)`", msg)
@@ -250,7 +328,7 @@ class TraceStream:
         what = msg.split(" - at ")[0]
         return f"traceEvents[{index}] field '{field}': {what}; fix or drop that event"
 
-    def _cut(self, buf: bytes, pos: int, decode, limit: int | None = None) -> tuple[tuple, int] | None:
+    def _cut(self, buf: bytes, pos: int, decode, limit: int | None = None) -> tuple[Batch, int] | None:
         """Decode the longest run of complete events starting at pos that ends
         at the last `},{` boundary before limit; return (events, start of next event)."""
         hi = len(buf) if limit is None else min(limit, len(buf))
@@ -275,7 +353,7 @@ class TraceStream:
             hi = j
         return None
 
-    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple]:
+    def _finish(self, rest: bytes, decode, array_format: bool) -> Iterator[Batch]:
         # complete file: the array's closing bracket followed by valid metadata
         hi = len(rest)
         tries = 0
@@ -302,19 +380,19 @@ class TraceStream:
             tries += 1
             segment = rest[:q].strip(_WS)
             try:
-                events = self._run(decode, segment) if segment else (b"[]", self.event_count, 0, None)
+                events = self._run(decode, segment) if segment else Batch(b"[]", self.event_count, 0, None)
             except msgspec.DecodeError as e:
                 if not _decode_error(e):
                     raise
                 continue
             for key, value in tail_meta.items():
                 self.metadata.setdefault(key, value)
-            if events[2]:
+            if events.n:
                 yield events
             return
         yield from self._salvage(rest, decode, array_format)
 
-    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[tuple]:
+    def _salvage(self, rest: bytes, decode, array_format: bool) -> Iterator[Batch]:
         """The array never closes: keep every complete event, count the rest."""
         self.truncated = True
         hi = len(rest)
@@ -330,16 +408,16 @@ class TraceStream:
                     raise
                 continue
             self._lost(rest[j + 1:], array_format)
-            if events[2]:
+            if events.n:
                 yield events
             return
         self._lost(rest, array_format)
 
-    def _salvage_broken(self, buf: bytes, pos: int, dropped: int, decode, blocks) -> Iterator[tuple]:
+    def _salvage_broken(self, buf: bytes, pos: int, dropped: int, decode, blocks) -> Iterator[Batch]:
         """traceEvents is not JSON somewhere in buf[pos:]: keep every complete event before that byte,
         count the events after it, and say where the file is broken."""
         try:
-            decode(b"[" + buf[pos:])
+            decode(b"[" + _replace_lone_surrogates(buf[pos:])[0])  # where the file is broken, not a lone escape
             m = None
         except msgspec.DecodeError as e:
             m = _MALFORMED.match(str(e))
@@ -357,7 +435,7 @@ class TraceStream:
                     raise
                 continue
             kept_to = j + 1
-            if events[2]:
+            if events.n:
                 yield events
             break
         # the events from the broken one on are lost: count their phases (a cheap byte count)

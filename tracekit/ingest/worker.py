@@ -16,6 +16,7 @@ from collections.abc import Callable
 import msgspec
 
 from ..errors import TraceFileError
+from .executor import result_getter
 from .kineto import FileResult, ingest_task
 
 
@@ -68,7 +69,7 @@ def run_pool(tasks: list[dict], jobs: int, on_done: Callable[[str, Callable[[], 
                 if not line:
                     raise TraceFileError(task["path"], "the ingest worker died (out of memory?); try --jobs 1")
                 reply = msgspec.json.decode(line)
-                on_done(task["source"], _getter(reply))
+                on_done(task["source"], result_getter(reply))
                 feed(i)
     finally:
         for p in procs:
@@ -81,13 +82,4 @@ def run_pool(tasks: list[dict], jobs: int, on_done: Callable[[str, Callable[[], 
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 p.kill()
-
-
-def _getter(reply: dict) -> Callable[[], FileResult]:
-    def get() -> FileResult:
-        if "error" in reply:
-            raise TraceFileError(reply["error"]["path"], reply["error"]["reason"])
-        return FileResult(**reply["ok"])
-
-    return get
 

@@ -152,10 +152,12 @@ class Store:
 
     def views_db(self) -> str:
         """The cache file that holds this store's views (see connect): named by the store's contents, its
-        path (the views name absolute files), the views' SQL and the DuckDB version that wrote it."""
+        path (the views name absolute files), the views' SQL (the tables' empty stand-ins included) and the
+        DuckDB version that wrote it."""
         import duckdb
 
-        key = f"{self.path}|{duckdb.__version__}|{_VIEWS_SQL}|{devices.macros_sql()}"
+        stand_ins = "".join(_empty_view_sql(f"_{t}", columns) for t, columns in TABLES.items())
+        key = f"{self.path}|{duckdb.__version__}|{_VIEWS_SQL}|{devices.macros_sql()}|{stand_ins}"
         return self.cache_file("views", hashlib.sha1(key.encode()).hexdigest(), ".duckdb")
 
     def _attach_views(self, con, files: dict[str, list[str]]) -> bool:
@@ -189,10 +191,7 @@ def _create_views(con, files: dict[str, list[str]]) -> None:
     # (the events view reaches four tables, kernels the same four again, ...). Queries bind the views anew,
     # so they see the Parquet files; at 1,024 ranks this took connect from 0.61 s to 0.15 s.
     for table, columns in TABLES.items():
-        if files[table]:
-            con.execute(_stand_in(f"_{table}", columns))
-        else:
-            create_table_view(con, f"_{table}", [], columns)
+        create_table_view(con, f"_{table}", [], columns)
     for stmt in devices.macros_sql():
         con.execute(stmt)
     con.execute(_VIEWS_SQL)
@@ -240,13 +239,6 @@ def _write_views_db(path: str, files: dict[str, list[str]]) -> bool:
     return True
 
 
-def _stand_in(name: str, columns) -> str:
-    """An empty view with the columns that create_table_view gives a table with files (rank last, as
-    hive partitioning appends it)."""
-    cols = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t, _ in columns)
-    return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols}, CAST(NULL AS BIGINT) AS rank WHERE false"
-
-
 def create_table_view(con, name: str, files: list[str], columns) -> None:
     """A view over one table's Parquet files, with `rank` from the hive path."""
     if files:
@@ -254,9 +246,15 @@ def create_table_view(con, name: str, files: list[str], columns) -> None:
         con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({literal_list(files)}, "
                     "hive_partitioning = true, "
                     "hive_types = {'rank': BIGINT})")
-    else:  # an empty table still has its columns
-        cols = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t, _ in columns)
-        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT CAST(NULL AS BIGINT) AS rank, {cols} WHERE false")
+    else:
+        con.execute(_empty_view_sql(name, columns))
+
+
+def _empty_view_sql(name: str, columns) -> str:
+    """An empty table's view: its columns in the order a view over files has them (the schema's, then rank,
+    which hive partitioning appends)."""
+    cols = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t, _ in columns)
+    return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols}, CAST(NULL AS BIGINT) AS rank WHERE false"
 
 
 def _load_views_sql() -> str:
