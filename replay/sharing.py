@@ -22,7 +22,8 @@ compiles inside the engine's loop.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -95,18 +96,8 @@ class Flows:
                           self.capacity, self.burst)
 
 
-class FlowArrays(NamedTuple):
-    """Flows as the engine's (numba-compiled) loop takes them: Flows' arrays plus flow_of[node], the node's flow
-    (-1: none)."""
-
-    flow_of: np.ndarray
-    node: np.ndarray
-    bytes: np.ndarray
-    latency_ns: np.ndarray
-    route_ptr: np.ndarray
-    route_links: np.ndarray
-    capacity: np.ndarray
-    burst: np.ndarray
+# Flows as the engine's (numba-compiled) loop takes them: flow_of[node], the node's flow (-1: none), then Flows' arrays
+FlowArrays = namedtuple("FlowArrays", ["flow_of"] + [f.name for f in fields(Flows)])
 
 
 class FlowState(NamedTuple):
