@@ -158,7 +158,7 @@ def validate(fam: str, runs: dict[str, dict], tmp: str) -> tuple[list[dict], lis
         if r["slow"] is not None:
             continue
         res = replay.run(run_of(name), scenario_from_dict({"network": {"model": "links", "latency_scale": 1.0}}, "fit"))
-        fit = res.info.get("links")
+        fit = res.info.links
         if fit is None or "inter_node" not in fit.rel_rms:
             continue
         cap_mbit = fit.params.capacity["inter_node"] * 8e3
