@@ -24,7 +24,8 @@ from analyses import depgraph as _graph
 
 from . import linkfit, links, parallelism, pipeline, pools, topology
 from .checks import ScenarioError
-from .network import CalibratedModel, CommModel, calibrate
+from .calibration import calibrate
+from .network import CalibratedModel, CommModel
 from .optical import OpticalModel
 from .sharing import Flows
 from .specs import Scenario
@@ -225,7 +226,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         if fitted.source.get(c) == "default":
             d = fitted.params
             st.notes.append(f"links model: no transfer of the run crossed an {c} link, this scenario's do: they get "
-                            f"the default {d.capacity[c]:g} GB/s and {d.latency_ns[c] / 1e3:g} us (replay/network.py "
+                            f"the default {d.capacity[c]:g} GB/s and {d.latency_ns[c] / 1e3:g} us (replay/costs.py "
                             "DEFAULT_LINKS; [network.links.<class>] bandwidth_gbps says otherwise)")
     for c, rms in fitted.rel_rms.items():
         how = fitted.source.get(c) or f"over {fitted.flows[c]} transfer(s)"

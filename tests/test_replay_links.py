@@ -201,7 +201,7 @@ def test_links_calibrated_from_nccl_tests_rows(tmp_path):
     fit = res.info.links
     # the alpha-beta fit of the rows, taken as the links' capacity and latency (the rows' in-place half is
     # 10% slower, as the helper writes it: the fit lands between the two halves)
-    from replay.network import calibrate_nccl_tests
+    from replay.calibration import calibrate_nccl_tests
 
     ab_fit = calibrate_nccl_tests(run.sql("SELECT * FROM nccl_tests"), group_size=2, n_hosts=2)
     assert fit.params.capacity["inter_node"] == ab_fit.links["inter_node"].bandwidth_gbps

@@ -204,7 +204,8 @@ def test_calibrated_network_model_reproduces_the_baseline(runs, name):
     """Every transfer costed by the alpha-beta model fitted on the run (absolute mode, not the measured
     times): the mean step per rank within 2%. (The model gives each transfer's expected cost, not its
     noise, so single steps move by a few % either way; the median of 5 can too.)"""
-    from replay.network import WhatIfComm, calibrate
+    from replay.calibration import calibrate
+    from replay.network import WhatIfComm
     from replay.scenario import Scenario
 
     class Calibrated(Scenario):
