@@ -27,13 +27,16 @@ plain one.
 The loop takes its inputs as named tuples of arrays (`Deps`, sharing.FlowArrays, pools.PoolArrays) and
 leaves the flows' and the pools' bookkeeping to the helpers of replay/sharing.py and replay/pools.py. It is
 plain Python that numba compiles when it is installed (the same source either way, helpers included); the
-compiled core replays millions of nodes per second, the interpreted one a few hundred thousand. numba caches
-the compiled loop beside this file (or under NUMBA_CACHE_DIR) and checks only this file's time stamp: after
-editing sharing.py or pools.py alone, touch this file (an install rewrites them all).
+compiled core replays millions of nodes per second, the interpreted one a few hundred thousand. The machine
+code is cached on disk (see _jit), so only a fresh install's first replay compiles. numba checks only this
+file's time stamp for the loop's cache: after editing sharing.py or pools.py alone, touch this file (an install
+rewrites them all).
 """
 from __future__ import annotations
 
 import heapq
+import os
+import tempfile
 import types
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -74,7 +77,48 @@ class Deps(NamedTuple):
 
 
 def _jit(f):
-    return _njit(cache=True, nogil=True)(f) if _njit is not None else f
+    """f compiled by numba (plain f without numba), its machine code cached on disk for the next process: in
+    NUMBA_CACHE_DIR when set, else beside the package, else (a read-only install) in numba's user-wide cache
+    (~/.cache/numba), else in a folder of this user's own in the temp dir, else not cached. numba's own chain
+    stops before the temp dir and refuses to compile (a traceback on `tracekit replay`)."""
+    if _njit is None:
+        return f
+    cached = _cached(f)
+    if cached is None and _private_cache_dir() is not None:
+        cached = _cached(f)
+    return cached if cached is not None else _njit(nogil=True)(f)
+
+
+def _cached(f):
+    """njit(cache=True) of f, or None where numba finds no place it can write its cache to."""
+    try:
+        return _njit(cache=True, nogil=True)(f)
+    except RuntimeError as e:  # numba: "cannot cache function ...: no locator available for file ..."
+        if "no locator available" not in str(e):
+            raise
+        return None
+
+
+def _private_cache_dir() -> str | None:
+    """NUMBA_CACHE_DIR made a folder only this user can write, in the temp dir (None: there is none, or the user
+    set NUMBA_CACHE_DIR, which numba tried first)."""
+    import numba
+
+    if numba.config.CACHE_DIR:
+        return None
+    uid = getattr(os, "getuid", None)
+    if uid is None:
+        return None
+    path = os.path.join(tempfile.gettempdir(), f"tracekit-numba-{uid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid != uid() or st.st_mode & 0o022 or not os.access(path, os.W_OK):
+        return None  # another user's, or writable by others: their cache files would run here
+    numba.config.CACHE_DIR = path
+    return path
 
 
 # the helpers the loop calls: compiled with it; the interpreted loop (_interpreted) calls the plain ones
