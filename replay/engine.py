@@ -121,12 +121,18 @@ def _private_cache_dir() -> str | None:
     return path
 
 
+def _inlined(f):
+    """f as numba inlines it into the compiled loop (its code is the loop's: compiled and cached with it, not apart,
+    which would cost a fresh install's first replay a compilation each); plain f without numba."""
+    return _njit(inline="always", nogil=True)(f) if _njit is not None else f
+
+
 # the helpers the loop calls: compiled with it; the interpreted loop (_interpreted) calls the plain ones
-_max_min = _jit(_sharing.max_min_rates)
+_max_min = _jit(_sharing.max_min_rates)  # called on its own too (replay/linkfit.py)
 _flow_state, _advance, _activate, _end_due, _predict_ends = (
-    _jit(f) for f in (_sharing.flow_state, _sharing.advance, _sharing.activate, _sharing.end_due,
-                      _sharing.predict_ends))
-_pool_queues, _take, _give = (_jit(f) for f in (_pools.pool_queues, _pools.take, _pools.give))
+    _inlined(f) for f in (_sharing.flow_state, _sharing.advance, _sharing.activate, _sharing.end_due,
+                          _sharing.predict_ends))
+_pool_queues, _take, _give = (_inlined(f) for f in (_pools.pool_queues, _pools.take, _pools.give))
 
 
 def _simulate(deps: Deps, dur, until, fl: _sharing.FlowArrays, pl: _pools.PoolArrays):
