@@ -162,7 +162,7 @@ def validate(fam: str, runs: dict[str, dict], tmp: str, rtt_us: float = 0.0) -> 
         rtt = r["rtt_us"] or rtt_us  # the run's own, else the one measured apart (--rtt-us)
         net = {"model": "links", "latency_scale": 1.0, **({"rtt_us": rtt} if rtt else {})}
         res = replay.run(run_of(name), scenario_from_dict({"network": net}, "fit"))
-        fit = res.info.get("links")
+        fit = res.info.links
         if fit is None or "inter_node" not in fit.rel_rms:
             continue
         cap_mbit = fit.params.capacity["inter_node"] * 8e3

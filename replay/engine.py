@@ -6,8 +6,9 @@ bit-identical for the same inputs. The models plug in from outside: they decide 
 and each dependency's lag (a collective's transfer is its barrier node's duration); the core only
 orders events.
 
-Events are a node's START (priority 1) and END (priority 0, so that at equal times everything that
-ends is released before anything new starts). A node starts once every dependency has been released:
+Events are a node's start (priority 1: READY, or SERVED for pool work that got a server) and END (priority 0,
+so that at equal times everything that ends is released before anything new starts); each heap entry says
+its kind and its item (a node, or for a flow CHECK the rates version) apart. A node starts once every dependency has been released:
 at the latest release time plus that dependency's lag. Dependencies are released at their source's
 start (`from_end` false) or end.
 
@@ -23,13 +24,22 @@ all moving flows are recomputed at every activation and every end, and the earli
 CHECK event (stale ones, from before the latest recomputation, are skipped). Without flows the loop is the
 plain one.
 
-The loop is plain Python that numba compiles when it is installed (the same source either way); the
-compiled core replays millions of nodes per second, the interpreted one a few hundred thousand.
+The loop takes its inputs as named tuples of arrays (`Deps`, sharing.FlowArrays, pools.PoolArrays) and
+leaves the flows' and the pools' bookkeeping to the helpers of replay/sharing.py and replay/pools.py. It is
+plain Python that numba compiles when it is installed (the same source either way, helpers included); the
+compiled core replays millions of nodes per second, the interpreted one a few hundred thousand. The machine
+code is cached on disk (see _jit), so only a fresh install's first replay compiles. numba checks only this
+file's time stamp for the loop's cache: after editing sharing.py or pools.py alone, touch this file (an install
+rewrites them all).
 """
 from __future__ import annotations
 
 import heapq
+import os
+import tempfile
+import types
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,179 +48,176 @@ try:  # compiled when numba is available; the interpreted source is the referenc
 except ImportError:  # pragma: no cover - numba is a dependency, but keep working without it
     _njit = None
 
-from .sharing import Flows, max_min_rates
+from . import pools as _pools
+from . import sharing as _sharing
+from .sharing import N_ACTIVE, VERSION, Flows
 
-START, END = 1, 0  # priorities: ENDs (and flow CHECKs) first at equal times; ACTIVATE ranks with START
-_EPS_NS = 1e-6  # a predicted flow end this close above an integer ns is that ns (float noise, not time)
+# priorities: ENDs (and flow CHECKs) first at equal times; ACTIVATE ranks with START
+PRIO_END, PRIO_START = 0, 1
+# event kinds; the heap holds (time, priority, sequence, kind, item)
+READY = 0  # item: a node whose dependencies are released: it starts (a pool node takes a server, or queues)
+SERVED = 1  # item: a pool node that got a server given back: it starts
+END = 2  # item: a node
+ACTIVATE = 3  # item: a flow's node, whose latency has passed: the flow starts moving
+CHECK = 4  # item: the rates version under which flows were predicted to end now (stale when the rates changed)
 
-_max_min = _njit(cache=True, nogil=True)(max_min_rates) if _njit is not None else max_min_rates
+
+class Deps(NamedTuple):
+    """The dependency graph as the loop takes it: out-edges in CSR by source (node u's are ptr[u]:ptr[u + 1]),
+    each edge's destination, lag and whether it is released at its source's end (1) or start (0); each node's
+    number of dependencies; the origin node and when it starts."""
+
+    ptr: np.ndarray
+    dst: np.ndarray
+    lag_ns: np.ndarray
+    from_end: np.ndarray
+    indeg: np.ndarray
+    source: np.int64
+    t0_ns: np.int64
 
 
-def _simulate(n, dur, out_ptr, out_dst, out_lag, out_from_end, indeg, source, t0, until,
-              flow_of, f_node, f_bytes, f_lat, f_ptr, f_links, f_cap, f_burst, pool_of, release_of, pool_servers,
-              q_ptr):
-    """Run the event loop. Returns (start, end) per node; -1 for nodes that never started (or started
-    after `until` when until >= 0) and whose end lies past it. flow_of[node]: the node's flow (-1: none);
-    f_*: the flows (replay/sharing.Flows); pool_of[node]: the pool the node takes a server of when it starts
-    (-1: none), release_of[node]: the pool it gives a server back to when it ends, pool_servers[p] its
-    servers, q_ptr[p]:q_ptr[p+1] the slots of its queue (one per node that acquires from it).
+def _jit(f):
+    """f compiled by numba (plain f without numba), its machine code cached on disk for the next process: in
+    NUMBA_CACHE_DIR when set, else beside the package, else (a read-only install) in numba's user-wide cache
+    (~/.cache/numba), else in a folder of this user's own in the temp dir, else not cached. numba's own chain
+    stops before the temp dir and refuses to compile (a traceback on `tracekit replay`)."""
+    if _njit is None:
+        return f
+    cached = _cached(f)
+    if cached is None and _private_cache_dir() is not None:
+        cached = _cached(f)
+    return cached if cached is not None else _njit(nogil=True)(f)
 
-    Event codes: node (START; for a pool node: ready, served when a server is free), node + n (a flow's
-    ACTIVATE), node + 2n (START of a pool node that holds a server), -(version + 1) (a flow CHECK)."""
+
+def _cached(f):
+    """njit(cache=True) of f, or None where numba finds no place it can write its cache to."""
+    try:
+        return _njit(cache=True, nogil=True)(f)
+    except RuntimeError as e:  # numba: "cannot cache function ...: no locator available for file ..."
+        if "no locator available" not in str(e):
+            raise
+        return None
+
+
+def _private_cache_dir() -> str | None:
+    """NUMBA_CACHE_DIR made a folder only this user can write, in the temp dir (None: there is none, or the user
+    set NUMBA_CACHE_DIR, which numba tried first)."""
+    import numba
+
+    if numba.config.CACHE_DIR:
+        return None
+    uid = getattr(os, "getuid", None)
+    if uid is None:
+        return None
+    path = os.path.join(tempfile.gettempdir(), f"tracekit-numba-{uid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid != uid() or st.st_mode & 0o022 or not os.access(path, os.W_OK):
+        return None  # another user's, or writable by others: their cache files would run here
+    numba.config.CACHE_DIR = path
+    return path
+
+
+def _inlined(f):
+    """f as numba inlines it into the compiled loop (its code is the loop's: compiled and cached with it, not apart,
+    which would cost a fresh install's first replay a compilation each); plain f without numba."""
+    return _njit(inline="always", nogil=True)(f) if _njit is not None else f
+
+
+# the helpers the loop calls: compiled with it; the interpreted loop (_interpreted) calls the plain ones
+_max_min = _jit(_sharing.max_min_rates)  # called on its own too (replay/linkfit.py)
+_flow_state, _advance, _activate, _end_due, _predict_ends = (
+    _inlined(f) for f in (_sharing.flow_state, _sharing.advance, _sharing.activate, _sharing.end_due,
+                          _sharing.predict_ends))
+_pool_queues, _take, _give = (_inlined(f) for f in (_pools.pool_queues, _pools.take, _pools.give))
+
+
+def _simulate(deps: Deps, dur, until, fl: _sharing.FlowArrays, pl: _pools.PoolArrays):
+    """Run the event loop. Returns (start, end) per node; -1 for nodes that never started (or started after
+    `until` when until >= 0) and whose end lies past it."""
+    n = len(dur)
     start = np.full(n, -1, np.int64)
     end = np.full(n, -1, np.int64)
     ready = np.full(n, np.iinfo(np.int64).min, np.int64)
-    waiting = indeg.copy()
-    heap = [(np.int64(t0), np.int64(START), np.int64(0), np.int64(source))]
+    waiting = deps.indeg.copy()
+    heap = [(deps.t0_ns, np.int64(PRIO_START), np.int64(0), np.int64(READY), deps.source)]
     seq = 1
-    # flows: the moving ones (active[:n_active], pos[f] their slot), bytes left when the rates were last set
-    n_flows = len(f_node)
-    n_links = len(f_cap)
-    active = np.zeros(n_flows, np.int64)
-    pos = np.full(n_flows, -1, np.int64)
-    left = f_bytes.copy()
-    rate = np.zeros(n_flows, np.float64)
-    pred_end = np.zeros(n_flows, np.int64)
-    rem_cap = np.zeros(n_links, np.float64)
-    n_on = np.zeros(n_links, np.int64)
-    touched = np.zeros(n_links, np.int64)
-    frozen = np.zeros(n_flows, np.bool_)
-    # token buckets (f_burst[l] > 0): tokens held, flows crossing the link, since when it has been idle
-    buckets = bool((f_burst > 0).any())
-    tokens = f_burst.copy()
-    crossing = np.zeros(n_links, np.int64)
-    idle_since = np.full(n_links, t0, np.int64)
-    n_active = 0
-    t_rates = np.int64(t0)
-    version = 0
-    # pools: free servers, and each queue as a FIFO over its slots
-    free = pool_servers.copy()
-    queue = np.zeros(max(q_ptr[-1], 1), np.int64)
-    q_head = q_ptr[:-1].copy()
-    q_tail = q_ptr[:-1].copy()
+    fs = _flow_state(fl, deps.t0_ns)
+    pq = _pool_queues(pl)
     while len(heap) > 0:
-        t, prio, _s, code = heapq.heappop(heap)
+        t, prio, _s, kind, item = heapq.heappop(heap)
         if until >= 0 and t > until:
             break
-        if code < 0 or (n <= code < 2 * n):  # a flow event: CHECK (code < 0) or ACTIVATE (code = node + n)
-            if code < 0 and -code - 1 != version:
+        if kind == ACTIVATE or kind == CHECK:
+            if kind == CHECK and item != fs.clock[VERSION]:
                 continue  # the rates changed since this end was predicted
-            dt = t - t_rates
-            for i in range(n_active):
-                f = active[i]
-                if dt > 0 and rate[f] < np.inf:
-                    left[f] = max(left[f] - rate[f] * dt, 0.0)
-            if code < 0:  # the flows predicted to end now end; their nodes end with them
-                i = 0
-                while i < n_active:
-                    f = active[i]
-                    if pred_end[f] <= t:
-                        heapq.heappush(heap, (t, np.int64(END), np.int64(seq), f_node[f]))
-                        seq += 1
-                        if buckets:
-                            for k in range(f_ptr[f], f_ptr[f + 1]):
-                                lk = f_links[k]
-                                crossing[lk] -= 1
-                                if crossing[lk] == 0:
-                                    idle_since[lk] = t
-                        n_active -= 1
-                        last = active[n_active]
-                        active[i] = last
-                        pos[last] = i
-                        pos[f] = -1
-                    else:
-                        i += 1
+            _advance(fs, t)
+            if kind == CHECK:  # the flows predicted to end now end; their nodes end with them
+                for i in range(_end_due(fs, fl, t)):
+                    heapq.heappush(heap, (t, np.int64(PRIO_END), np.int64(seq), np.int64(END), fs.ended[i]))
+                    seq += 1
             else:
-                f = flow_of[code - n]
-                active[n_active] = f
-                pos[f] = n_active
-                n_active += 1
-                if buckets:  # the tokens its bucketed links hold (the least) pass at once
-                    passed = np.inf
-                    for k in range(f_ptr[f], f_ptr[f + 1]):
-                        lk = f_links[k]
-                        if f_burst[lk] > 0:
-                            if crossing[lk] == 0:
-                                tokens[lk] = min(f_burst[lk], tokens[lk] + f_cap[lk] * (t - idle_since[lk]))
-                            passed = min(passed, tokens[lk])
-                    if passed < np.inf:
-                        passed = min(passed, left[f])
-                        left[f] -= passed
-                        for k in range(f_ptr[f], f_ptr[f + 1]):
-                            lk = f_links[k]
-                            if f_burst[lk] > 0:
-                                tokens[lk] -= passed
-                    for k in range(f_ptr[f], f_ptr[f + 1]):
-                        crossing[f_links[k]] += 1
-            _max_min(active, n_active, f_ptr, f_links, f_cap, rate, rem_cap, n_on, frozen, touched)
-            t_rates = t
-            version += 1
-            soonest = np.iinfo(np.int64).max
-            for i in range(n_active):
-                f = active[i]
-                if rate[f] == np.inf or left[f] <= 0.0:
-                    pred_end[f] = t
-                else:
-                    pred_end[f] = t + np.int64(np.ceil(left[f] / rate[f] - _EPS_NS))
-                if pred_end[f] < soonest:
-                    soonest = pred_end[f]
-            if n_active > 0:
-                heapq.heappush(heap, (soonest, np.int64(END), np.int64(seq), np.int64(-version - 1)))
+                _activate(fs, fl, fl.flow_of[item], t)
+            _max_min(fs.active, fs.clock[N_ACTIVE], fl.route_ptr, fl.route_links, fl.capacity, fs.rate, fs.rem_cap,
+                     fs.n_on, fs.frozen, fs.touched)
+            soonest = _predict_ends(fs, t)
+            if fs.clock[N_ACTIVE] > 0:
+                heapq.heappush(heap, (soonest, np.int64(PRIO_END), np.int64(seq), np.int64(CHECK), fs.clock[VERSION]))
                 seq += 1
             continue
-        node = code
-        if prio == START and node >= 2 * n:  # a pool node that got its server
-            node -= 2 * n
-        elif prio == START and pool_of[node] >= 0:  # a pool node is ready: served now, or queued
-            p = pool_of[node]
-            if free[p] == 0:
-                queue[q_tail[p]] = node
-                q_tail[p] += 1
-                continue
-            free[p] -= 1
-        if prio == START:
-            start[node] = t
-            point = 0
-            f = flow_of[node]
-            if f >= 0:  # moves once its latency has passed; its end comes from the sharing
-                heapq.heappush(heap, (t + f_lat[f], np.int64(START), np.int64(seq), node + n))
-            else:
-                heapq.heappush(heap, (t + dur[node], np.int64(END), np.int64(seq), node))
-            seq += 1
-        else:
+        node = item
+        if kind == READY and pl.acquire[node] >= 0 and not _take(pq, pl.acquire[node], node):
+            continue  # queued until a server is given back
+        if kind == END:
             end[node] = t
             point = 1
-            p = release_of[node]
+            p = pl.release[node]
             if p >= 0:  # the server goes to the oldest waiting work of the pool, or becomes free
-                if q_head[p] < q_tail[p]:
-                    heapq.heappush(heap, (t, np.int64(START), np.int64(seq), queue[q_head[p]] + 2 * n))
+                nxt = _give(pq, p)
+                if nxt >= 0:
+                    heapq.heappush(heap, (t, np.int64(PRIO_START), np.int64(seq), np.int64(SERVED), nxt))
                     seq += 1
-                    q_head[p] += 1
-                else:
-                    free[p] += 1
-        for k in range(out_ptr[node], out_ptr[node + 1]):
-            if out_from_end[k] != point:
+        else:
+            start[node] = t
+            point = 0
+            f = fl.flow_of[node]
+            if f >= 0:  # moves once its latency has passed; its end comes from the sharing
+                heapq.heappush(heap, (t + fl.latency_ns[f], np.int64(PRIO_START), np.int64(seq), np.int64(ACTIVATE),
+                                      node))
+            else:
+                heapq.heappush(heap, (t + dur[node], np.int64(PRIO_END), np.int64(seq), np.int64(END), node))
+            seq += 1
+        for k in range(deps.ptr[node], deps.ptr[node + 1]):
+            if deps.from_end[k] != point:
                 continue
-            d = out_dst[k]
-            r = t + out_lag[k]
+            d = deps.dst[k]
+            r = t + deps.lag_ns[k]
             if r > ready[d]:
                 ready[d] = r
             waiting[d] -= 1
             if waiting[d] == 0:
-                heapq.heappush(heap, (ready[d], np.int64(START), np.int64(seq), d))
+                heapq.heappush(heap, (ready[d], np.int64(PRIO_START), np.int64(seq), np.int64(READY), d))
                 seq += 1
     return start, end
 
 
+# the same loop over the plain helpers: the reference the compiled one must equal bit for bit
+_interpreted = types.FunctionType(_simulate.__code__, {
+    **globals(), "_max_min": _sharing.max_min_rates, "_flow_state": _sharing.flow_state, "_advance": _sharing.advance,
+    "_activate": _sharing.activate, "_end_due": _sharing.end_due, "_predict_ends": _sharing.predict_ends,
+    "_pool_queues": _pools.pool_queues, "_take": _pools.take, "_give": _pools.give}, "_interpreted")
 _compiled = None
 
 
 def _core(compiled: bool):
     global _compiled
     if not compiled or _njit is None:
-        return _simulate
+        return _interpreted
     if _compiled is None:
-        _compiled = _njit(cache=True, nogil=True)(_simulate)
+        _compiled = _jit(_simulate)
     return _compiled
 
 
@@ -267,41 +274,11 @@ class Engine:
         lag = self._lag if lag_ns is None else np.ascontiguousarray(np.asarray(lag_ns, np.int64)[self._order])
         if (lag < 0).any():
             raise ValueError("negative lags would let time run backwards")
-        fl = Flows.none() if flows is None else flows
-        flow_of = np.full(self.n, -1, np.int64)
-        if len(fl):
-            if fl.node.min() < 0 or fl.node.max() >= self.n:
-                raise ValueError(f"a flow names a node outside 0..{self.n - 1}")
-            flow_of[fl.node] = np.arange(len(fl), dtype=np.int64)
-        pool_of, release_of, servers, q_ptr = _pools(self.n, pools)
-        start, end = _core(self.compiled)(self.n, dur, self._ptr, self._dst, lag, self._from_end, self._indeg,
-                                          np.int64(self.source), np.int64(self.t0), np.int64(until), flow_of,
-                                          fl.node, fl.bytes, fl.latency_ns, fl.route_ptr, fl.route_links,
-                                          fl.capacity, fl.burst, pool_of, release_of, servers, q_ptr)
+        fl = (Flows.none() if flows is None else flows).arrays(self.n)
+        deps = Deps(self._ptr, self._dst, lag, self._from_end, self._indeg, np.int64(self.source), np.int64(self.t0))
+        start, end = _core(self.compiled)(deps, dur, np.int64(until), fl, _pools.engine_pools(self.n, pools))
         reached = int((start >= 0).sum())
         if until < 0 and reached != self.n:
             raise ValueError(f"{self.n - reached} node(s) never became ready: the graph has a cycle")
         return Schedule(start, end, reached + int((end >= 0).sum()))
 
-
-def _pools(n: int, pools):
-    """(acquire, release, servers, queue pointers) for the loop from (acquire, release, servers)."""
-    none = np.full(n, -1, np.int64)
-    if pools is None:
-        return none, none, np.zeros(0, np.int64), np.zeros(1, np.int64)
-    acquire, release = (np.ascontiguousarray(np.asarray(x, np.int64)) for x in pools[:2])
-    servers = np.ascontiguousarray(np.asarray(pools[2], np.int64))
-    for name, v in (("acquire", acquire), ("release", release)):
-        if len(v) != n:
-            raise ValueError(f"{len(v)} pool {name} entries for {n} nodes")
-        if len(v) and (v.max() >= len(servers) or (v < -1).any()):
-            raise ValueError(f"a node names a pool outside 0..{len(servers) - 1}")
-    if (servers < 1).any():
-        raise ValueError("every pool needs at least one server")
-    if not np.array_equal(np.bincount(acquire[acquire >= 0], minlength=len(servers)),
-                          np.bincount(release[release >= 0], minlength=len(servers))):
-        raise ValueError("every pool must get back as many servers as it gives out")
-    members = np.bincount(acquire[acquire >= 0], minlength=len(servers))
-    q_ptr = np.zeros(len(servers) + 1, np.int64)
-    np.cumsum(members, out=q_ptr[1:])
-    return acquire, release, servers, q_ptr

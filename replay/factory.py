@@ -10,8 +10,10 @@ import pandas as pd
 
 from .checks import ScenarioError
 from .compute import ComputeModel
-from .network import (DEFAULT_LINKS, LINK_CLASSES, AlphaBetaModel, CalibratedModel, Link, MeasuredComm, WhatIfComm,
-                      calibrate as calibrate_run, calibrate_nccl_tests)
+from .calibration import calibrate as calibrate_run
+from .calibration import calibrate_nccl_tests
+from .costs import DEFAULT_LINKS, LINK_CLASSES, Link
+from .network import AlphaBetaModel, CalibratedModel, MeasuredComm, WhatIfComm
 from .optical import OpticalModel
 
 if TYPE_CHECKING:

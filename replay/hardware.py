@@ -91,10 +91,18 @@ def check(spec, where: str) -> None:
 
 
 @dataclasses.dataclass
+class RetimedOps:
+    """The GPU ops [hardware] re-timed: their nodes, and their durations before and after (ns)."""
+    nodes: np.ndarray
+    old_ns: np.ndarray
+    new_ns: np.ndarray
+
+
+@dataclasses.dataclass
 class Retimed:
     factor: np.ndarray  # per node: the multiplier of its duration (1.0 where unchanged)
     notes: list
-    info: dict
+    ops: RetimedOps | None  # None: no GPU op to re-time
 
 
 def retime(g, run, spec, dur_ns: np.ndarray, where: str) -> Retimed:
@@ -106,7 +114,7 @@ def retime(g, run, spec, dur_ns: np.ndarray, where: str) -> Retimed:
     gpu = np.flatnonzero((g.kind == _graph.K["gpu"]) & (nodes.kernel_class.to_numpy(object) != "communication"))
     factor = np.ones(g.n_nodes)
     if not len(gpu):
-        return Retimed(factor, [f"{where}: [hardware] changes nothing: the run has no GPU ops"], {})
+        return Retimed(factor, [f"{where}: [hardware] changes nothing: the run has no GPU ops"], None)
     ranks = sorted({int(r) for r in g.rank[gpu]})
     old = _sources(run, ranks, from_gpu, devs, where)
     ops, kern = _flops.op_table_with_kernels(run)  # _op_factors keeps the kernels of the ops kept here
@@ -124,8 +132,7 @@ def retime(g, run, spec, dur_ns: np.ndarray, where: str) -> Retimed:
     factor[gpu] = f
     d = dur_ns[gpu].astype(np.float64)
     notes = [_summary(where, old, new, ranks, how, d, f)]
-    info = {"device": new.name, "from": {r: old[r].name for r in ranks}, "nodes": gpu, "old_ns": d, "new_ns": d * f}
-    return Retimed(factor, notes, info)
+    return Retimed(factor, notes, RetimedOps(gpu, d, d * f))
 
 
 def _sources(run, ranks, from_gpu, devs, where) -> dict:
@@ -215,16 +222,16 @@ def _summary(where, old, new, ranks, how, d, f) -> str:
 
 def bound_notes(res) -> list[str]:
     """The note a launch-bound (or link-bound) step gets: the step changes much less than its kernels."""
-    info = res.info.get("hardware")
+    ops = res.info.hardware
     s = res.summary()
-    if not info or s.empty:
+    if ops is None or s.empty:
         return []
     worst = s.loc[s.predicted_step_ns.idxmax()]
     r = int(worst["rank"])
     g = res.graph
-    nodes = info["nodes"]
+    nodes = ops.nodes
     mine = g.rank[nodes] == r
-    k = info["old_ns"][mine].sum() / max(info["new_ns"][mine].sum(), 1.0)
+    k = ops.old_ns[mine].sum() / max(ops.new_ns[mine].sum(), 1.0)
     step = worst.measured_step_ns / max(worst.predicted_step_ns, 1)
     if k <= 0 or abs(np.log(k)) < 0.05 or abs(np.log(max(step, 1e-9))) >= CHANGE * abs(np.log(k)):
         return []
@@ -234,7 +241,7 @@ def bound_notes(res) -> list[str]:
     inside = np.zeros(len(start), bool)
     for a, b in zip(st.ts_ns, st.end_ns):
         inside |= (start >= a) & (start < b)
-    busy = info["old_ns"][mine][inside].sum() if len(st) else info["old_ns"][mine].sum()
+    busy = ops.old_ns[mine][inside].sum() if len(st) else ops.old_ns[mine].sum()
     return [f"[hardware]: the step takes x{1 / step:.3g} of its time where its GPU ops take x{1 / k:.3g} (rank {r}, the "
             "slowest): "
             f"its GPU computes {100 * busy / max(span, 1.0):.0f}% of the measured step; the rest is host launches, "

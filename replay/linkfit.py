@@ -5,7 +5,7 @@ start (the barrier's: the last participant's arrival) and its measured transfer,
 
 1. **Capacity and latency per link class.** The transfers that had their links to themselves (no other flow in
    flight on a link they cross: links.overlapped) tell the link apart from the sharing: their time is
-   latency x steps + bytes / capacity, fitted as the alpha-beta calibration fits a class (replay/network.py:
+   latency x steps + bytes / capacity, fitted as the alpha-beta calibration fits a class (replay/calibration.py:
    robust inliers, then least squares weighted by 1 / time). When their sizes cannot tell latency from
    bandwidth (one size, one op), the class takes the latency the other classes' lone transfers give, else none:
    every ns of a lone transfer is then bandwidth, which is what the run shows (a transfer that one link rate
@@ -32,7 +32,8 @@ import numpy as np
 
 from .engine import Engine, _max_min
 from .links import INTER, INTRA, OPTICAL, LinkFlows, LinkParams, busy_periods, overlapped, period_ends
-from .network import DEFAULT_LINKS, _inliers, _separable, _weighted_fit
+from .calibration import inliers, separable, weighted_fit
+from .costs import DEFAULT_LINKS
 
 MIN_LONE = 3                # lone transfers a class needs for the regression (else the busy periods)
 
@@ -142,12 +143,12 @@ def _lone_fit(steps: np.ndarray, size: np.ndarray, y: np.ndarray):
     if ok.sum() < 1:
         return None
     A, Bn, y = steps[ok], size[ok], y[ok]
-    sep = _separable(A, Bn)
+    sep = separable(A, Bn)
     if sep:
-        keep = _inliers(A, Bn, y)
-        if keep.sum() >= 2 and _separable(A[keep], Bn[keep]):
+        keep = inliers(A, Bn, y)
+        if keep.sum() >= 2 and separable(A[keep], Bn[keep]):
             A, Bn, y = A[keep], Bn[keep], y[keep]
-        latency, beta = _weighted_fit(A, Bn, y)
+        latency, beta = weighted_fit(A, Bn, y)
         if beta <= 0:
             return None
         return latency, 1.0 / beta, True, int(ok.sum())

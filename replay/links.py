@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .network import _P2P_OPS, _flat_coefficients
+from .costs import P2P_OPS, flat_coefficients
 from .sharing import Flows
 
 INTRA, INTER, OPTICAL = "intra_node", "inter_node", "optical"
@@ -138,7 +138,7 @@ def build(colls: pd.DataFrame, host_of: dict[int, int], on_circuit: np.ndarray |
 
     ops = np.array([str(o).lower() if o is not None else "" for o in colls["op"]], dtype=object)
     p = colls["group_size"].to_numpy(np.float64)
-    a, f = _flat_coefficients(ops, p, "ring")
+    a, f = flat_coefficients(ops, p, "ring")
     nbytes = pd.to_numeric(colls["bytes"], errors="coerce").to_numpy(np.float64, na_value=np.nan)
     rows, cls, size, steps, ptr, route = [], [], [], [], [0], []
     unknown = unmodelled = 0
@@ -156,7 +156,7 @@ def build(colls: pd.DataFrame, host_of: dict[int, int], on_circuit: np.ndarray |
         hs = sorted(set(on.values()))
         r_links = []
         out = OPTICAL if on_circuit is not None and on_circuit[i] else INTER  # how it leaves a host
-        if ops[i] in _P2P_OPS and len(ranks) == 2:
+        if ops[i] in P2P_OPS and len(ranks) == 2:
             # a message one way: out of the sender's link, into the receiver's (ranks: [sender, receiver])
             src, dst = ranks
             r_links = ([link(out, on[src], "tx"), link(out, on[dst], "rx")] if on[src] != on[dst]

@@ -9,11 +9,13 @@ list of steps run in order.
     comm         the communication model costs every collective's transfer (its barrier's duration)
 
 Each step takes (graph, scenario, run, state) and updates the state: durations, lags, the
-collectives the comm step costs, the calibration the parallelism step made, notes and info.
+collectives the comm step costs, the calibration the parallelism step made, notes, and what the models chose
+(ModelInfo: what the engine needs beyond durations and lags, and what the result reports).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -22,10 +24,28 @@ from analyses import depgraph as _graph
 
 from . import linkfit, links, parallelism, pipeline, pools, topology
 from .checks import ScenarioError
-from .network import CalibratedModel, calibrate
+from .calibration import calibrate
+from .network import CalibratedModel, CommModel
 from .optical import OpticalModel
 from .sharing import Flows
 from .specs import Scenario
+
+if TYPE_CHECKING:  # hardware is imported when a scenario has a [hardware] section
+    from .hardware import RetimedOps
+
+
+@dataclass
+class ModelInfo:
+    """What the models chose: for the engine (re-routed edges, flows, pools) and for the result."""
+    comm: CommModel | None = None  # the model that costed the collectives alone (comm step; alpha-beta, optical, ...)
+    links: linkfit.Fit | None = None  # the links model's fit on the run's transfers
+    flows: Flows | None = None  # the links model's transfers, timed by sharing in the engine
+    pools: tuple | None = None  # gloo's worker threads: (acquire, release, servers), as Engine.run takes them
+    edge_src: np.ndarray | None = None  # per edge, its source once the pools re-routed it (None: the graph's)
+    edge_from_end: np.ndarray | None = None  # per edge, released at its source's end (None: the graph's)
+    reconfigurations: int | None = None  # optical circuit reconfigurations (None: no [optical])
+    step_delta: dict[int, int] | None = None  # rank -> ns a tensor / pipeline split adds to each of its steps
+    hardware: RetimedOps | None = None  # the GPU ops [hardware] re-timed
 
 
 @dataclass
@@ -38,7 +58,7 @@ class ModelState:
     base: CalibratedModel | None = None  # calibrated by the parallelism step; the comm step reuses it
     nccl_tests: pd.DataFrame | None = None  # the store's nccl-tests rows, read once when the scenario calibrates on them
     notes: list[str] = field(default_factory=list)
-    info: dict = field(default_factory=dict)  # comm: the model; reconfigurations; step_delta: {rank: ns}
+    info: ModelInfo = field(default_factory=ModelInfo)
 
 
 def compute_step(g, sc: Scenario, run, st: ModelState) -> None:
@@ -64,8 +84,7 @@ def hardware_step(g, sc: Scenario, run, st: ModelState) -> None:
     touched = got.factor != 1.0
     st.dur_ns[touched] = np.rint(st.dur_ns[touched] * got.factor[touched]).astype(np.int64)
     st.notes += got.notes
-    if got.info:
-        st.info["hardware"] = got.info
+    st.info.hardware = got.ops
 
 
 def topology_step(g, sc: Scenario, run, st: ModelState) -> None:
@@ -85,7 +104,7 @@ def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
     # a degree the run already has (or no layout to compare with: pipeline.step_delta says what is missing)
     new = {"tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches}
     if any(v is not None and (not lay or v != lay.get(k, 1)) for k, v in new.items()):
-        st.info["step_delta"], more = pipeline.step_delta(run, g, par, lay, st.base, sc.network.gpus_per_node)
+        st.info.step_delta, more = pipeline.step_delta(run, g, par, lay, st.base, sc.network.gpus_per_node)
         st.notes += more
     if par.dp is not None:
         st.colls, more = parallelism.apply_dp(st.colls, par.dp, lay, st.base)
@@ -109,11 +128,11 @@ def comm_step(g, sc: Scenario, run, st: ModelState) -> None:
     barrier_ids = np.flatnonzero(g.kind == _graph.K["barrier"])
     st.dur_ns[barrier_ids[np.argsort(g.coll[barrier_ids])]] = transfer
     st.notes += [n for n in comm.notes if n not in st.notes]
-    st.info["comm"] = comm
+    st.info.comm = comm
     if sc.network.changes_network or sc.parallelism.dp is not None:
         _overlap_note(g, sc, st)
     if isinstance(comm, OpticalModel):
-        st.info["reconfigurations"] = int(comm.reconfigurations)
+        st.info.reconfigurations = int(comm.reconfigurations)
         _moot_optical_note(sc, st, comm.reconfigurations or (st.colls["n_hosts"].to_numpy(
             dtype="float64", na_value=np.nan) > 1).any())
 
@@ -180,7 +199,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         plan = sc.optical.model(None).plan(st.colls)
         on_circuit, reconfig_ns = plan.on_circuit, plan.reconfig_ns
         prm = _with_circuits(prm, fitted, sc, nominal_gbps, st.notes)
-        st.info["reconfigurations"] = int(plan.reconfigurations)
+        st.info.reconfigurations = int(plan.reconfigurations)
     lf = links.build(st.colls, _extend(host_of, st.colls), on_circuit)
     if sc.optical is not None:
         _moot_optical_note(sc, st, plan.reconfigurations or (lf.link_class == links.OPTICAL).any())
@@ -197,18 +216,18 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, _as_run(fitted, prm), factor, share), node_of, tail)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest] + reconfig_ns[rest]
-    st.info["flows"] = flows
-    st.info["links"] = fitted
+    st.info.flows = flows
+    st.info.links = fitted
     pooled = pools.gloo_pools(g, st.lag_ns)
     if pooled is not None:
-        st.info["edge_src"], st.info["edge_from_end"], st.lag_ns, st.info["pools"], n_jobs = pooled
+        st.info.edge_src, st.info.edge_from_end, st.lag_ns, st.info.pools, n_jobs = pooled
         st.notes.append(f"gloo worker threads as a pool: {n_jobs} collective(s) run on whichever of their group's "
                         "runloop threads is free, in the order they were enqueued")
     for c in sorted(set(lf.link_class)):
         if fitted.source.get(c) == "default":
             d = fitted.params
             st.notes.append(f"links model: no transfer of the run crossed an {c} link, this scenario's do: they get "
-                            f"the default {d.capacity[c]:g} GB/s and {d.latency_ns[c] / 1e3:g} us (replay/network.py "
+                            f"the default {d.capacity[c]:g} GB/s and {d.latency_ns[c] / 1e3:g} us (replay/costs.py "
                             "DEFAULT_LINKS; [network.links.<class>] bandwidth_gbps says otherwise)")
     for c, rms in fitted.rel_rms.items():
         how = fitted.source.get(c) or f"over {fitted.flows[c]} transfer(s)"
@@ -418,9 +437,9 @@ MODEL_STEPS = (topology_step, compute_step, hardware_step, parallelism_step, com
 
 def apply_models(g, scenario: Scenario | None, run=None):
     """Node durations and edge lags under the scenario's models (measured when scenario is None).
-    Returns (dur_ns per node, lag_ns per edge, notes, info) where info holds the models used."""
+    Returns (dur_ns per node, lag_ns per edge, notes, ModelInfo)."""
     if scenario is None:
-        return g.dur_ns.copy(), g.lag_ns.copy(), [], {}
+        return g.dur_ns.copy(), g.lag_ns.copy(), [], ModelInfo()
     st = ModelState(dur_ns=g.dur_ns.copy(), lag_ns=g.lag_ns.copy(), colls=g.colls,
                     rng=np.random.default_rng(scenario.seed), nccl_tests=_nccl_tests(run, scenario))
     for step in MODEL_STEPS:

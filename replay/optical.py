@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .network import LinkOverride, _is_inter, _rows
+from .costs import LinkOverride, coll_rows, is_inter
 
 SCHEDULES = ("job", "phase")
 DEFAULT_RECONFIG_DELAY_MS = 1.2  # MEMS OCS median reconfiguration (TPU v4)
@@ -137,9 +137,9 @@ class OpticalModel:
         return []
 
     def plan(self, colls: pd.DataFrame) -> OpticalPlan:
-        r = _rows(colls)
+        r = coll_rows(colls)
         k = len(r)
-        inter = _is_inter(r, self.gpus_per_node)
+        inter = is_inter(r, self.gpus_per_node)
         assignment = np.full(k, None, dtype=object)
         reconf = np.zeros(k, dtype=np.int64)
         circuits_of: dict[str, tuple[str, ...]] = {}

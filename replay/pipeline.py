@@ -141,7 +141,7 @@ def layer_profile(run, ranks) -> pd.DataFrame:
 def _cost(calibrated, op: str, n_bytes: float, group: int, hosts: int) -> int:
     if calibrated is None or group <= 1 or n_bytes <= 0:
         return 0
-    from .network import colls_frame
+    from .costs import colls_frame
 
     df = colls_frame([{"op": op, "bytes": int(n_bytes), "group_size": int(group), "n_hosts": int(hosts),
                        "measured_transfer_ns": 0}], timeline="cpu")

@@ -1,4 +1,10 @@
-"""gloo's worker threads as a pool: a collective runs on whichever of its rank's threads is free.
+"""Pools of servers: the engine's FIFO pools, and gloo's worker threads as such a pool (a collective runs on
+whichever of its rank's threads is free).
+
+The engine's side (`PoolArrays`, `PoolQueues`, `take`, `give`): a node that acquires from a pool starts when one
+of its servers is free, else it waits in the pool's FIFO queue; a node that releases gives its server to the
+oldest waiting node, or back to the pool. Plain Python over numpy arrays and named tuples that numba compiles
+inside the engine's loop.
 
 The graph keeps each gloo collective on the runloop thread it ran on, after the one that thread ran before
 (a `thread` edge): right for the measured run, wrong for a what-if, where a job that queued behind a slow
@@ -13,9 +19,80 @@ edge; one that did not keeps its measured wake-up.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from analyses import depgraph as _graph
+
+
+class PoolArrays(NamedTuple):
+    """Pools as the engine's loop takes them: acquire[node] / release[node], the pool the node takes a server of
+    when it starts / gives one back to when it ends (-1: none); servers[p]; q_ptr[p]:q_ptr[p + 1], the slots of
+    pool p's queue (one per node that acquires from it)."""
+
+    acquire: np.ndarray
+    release: np.ndarray
+    servers: np.ndarray
+    q_ptr: np.ndarray
+
+
+def engine_pools(n: int, pools) -> PoolArrays:
+    """The loop's PoolArrays from (acquire per node, release per node, servers per pool); None: no pools."""
+    none = np.full(n, -1, np.int64)
+    if pools is None:
+        return PoolArrays(none, none, np.zeros(0, np.int64), np.zeros(1, np.int64))
+    acquire, release = (np.ascontiguousarray(np.asarray(x, np.int64)) for x in pools[:2])
+    servers = np.ascontiguousarray(np.asarray(pools[2], np.int64))
+    for name, v in (("acquire", acquire), ("release", release)):
+        if len(v) != n:
+            raise ValueError(f"{len(v)} pool {name} entries for {n} nodes")
+        if len(v) and (v.max() >= len(servers) or (v < -1).any()):
+            raise ValueError(f"a node names a pool outside 0..{len(servers) - 1}")
+    if (servers < 1).any():
+        raise ValueError("every pool needs at least one server")
+    if not np.array_equal(np.bincount(acquire[acquire >= 0], minlength=len(servers)),
+                          np.bincount(release[release >= 0], minlength=len(servers))):
+        raise ValueError("every pool must get back as many servers as it gives out")
+    members = np.bincount(acquire[acquire >= 0], minlength=len(servers))
+    q_ptr = np.zeros(len(servers) + 1, np.int64)
+    np.cumsum(members, out=q_ptr[1:])
+    return PoolArrays(acquire, release, servers, q_ptr)
+
+
+class PoolQueues(NamedTuple):
+    """During a replay: each pool's free servers, and its queue, a FIFO over its slots of `queue`."""
+
+    free: np.ndarray
+    queue: np.ndarray
+    head: np.ndarray
+    tail: np.ndarray
+
+
+def pool_queues(pl: PoolArrays) -> PoolQueues:
+    """Every server free, every queue empty."""
+    return PoolQueues(pl.servers.copy(), np.zeros(max(pl.q_ptr[-1], 1), np.int64), pl.q_ptr[:-1].copy(),
+                      pl.q_ptr[:-1].copy())
+
+
+def take(q: PoolQueues, p, node) -> bool:
+    """Node is ready and acquires from pool p: True when it got a server (it starts now), False when it queues."""
+    if q.free[p] == 0:
+        q.queue[q.tail[p]] = node
+        q.tail[p] += 1
+        return False
+    q.free[p] -= 1
+    return True
+
+
+def give(q: PoolQueues, p) -> int:
+    """A node gives pool p's server back: the oldest queued node, which gets it (starts now), or -1 (it is free)."""
+    if q.head[p] < q.tail[p]:
+        node = q.queue[q.head[p]]
+        q.head[p] += 1
+        return node
+    q.free[p] += 1
+    return -1
 
 
 def gloo_pools(g, lag_ns: np.ndarray):

@@ -17,7 +17,7 @@ import pandas as pd
 from analyses import depgraph as _graph
 
 from .engine import Engine
-from .model_steps import apply_models
+from .model_steps import ModelInfo, apply_models
 from .specs import Scenario
 
 STEP_COLUMNS = {
@@ -50,7 +50,7 @@ class ReplayResult:
     build_s: float = 0.0
     replay_s: float = 0.0
     notes: list = field(default_factory=list)
-    info: dict = field(default_factory=dict)  # the models used (comm, optical reconfigurations, ...)
+    info: ModelInfo = field(default_factory=ModelInfo)  # what the models chose
     folding: object = None  # replay.fold.Folding when ranks were folded
 
     # ---- figures
@@ -209,20 +209,21 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, gr
     dur, lag, model_notes, info = apply_models(g, scen, run)
     t = time.perf_counter()
     # a model may re-route edges (gloo's worker pool frees jobs from their thread order): same edges, new sources
-    src, from_end = info.get("edge_src", g.src), info.get("edge_from_end", g.from_end)
+    src = g.src if info.edge_src is None else info.edge_src
+    from_end = g.from_end if info.edge_from_end is None else info.edge_from_end
     eng = Engine(g.n_nodes, src, g.dst, from_end, g.lag_ns, source=0, t0_ns=g.origin_ns, compiled=compiled)
-    sched = eng.run(dur, lag, flows=info.get("flows"), pools=info.get("pools"))
+    sched = eng.run(dur, lag, flows=info.flows, pools=info.pools)
     replay_s = time.perf_counter() - t
     res = ReplayResult(graph=g, start_ns=sched.start_ns, end_ns=sched.end_ns, steps=pd.DataFrame(), run=run,
                        scenario=scen, build_s=build_s, replay_s=replay_s, notes=list(g.notes) + model_notes)
     res.info = info
     res.folding = folding
     res.steps = _steps(res)
-    if "hardware" in info:  # a step that waits on its host does not follow its kernels: say so
+    if info.hardware is not None:  # a step that waits on its host does not follow its kernels: say so
         from .hardware import bound_notes
 
         res.notes += bound_notes(res)
-    delta = info.get("step_delta")
+    delta = info.step_delta
     if delta:  # tensor / pipeline splits re-schedule each step's forward and backward (replay/pipeline.py)
         d = res.steps["rank"].map(delta).fillna(0).astype(np.int64)
         res.steps["predicted_step_ns"] = res.steps.predicted_step_ns + d

@@ -26,7 +26,7 @@ from dataclasses import replace
 from .checks import ScenarioError, failer, validate
 from .compute import Speedup
 from .failures import DEFAULT_STRATEGY, make_strategy, strategy_parameters
-from .network import LinkOverride
+from .costs import LinkOverride
 from .optical import Phase
 from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride, NetworkSpec,
                     OpticalSpec,

@@ -16,13 +16,19 @@ refills at its link's capacity while no flow crosses the link, up to its depth, 
 
 Units: bytes, ns, and capacities in bytes per ns (1 GB/s = 1 byte/ns). Which links a transfer crosses and
 how many bytes it moves over each is the link model's business (replay/links.py); this module only
-shares. The functions are plain Python over numpy arrays that numba compiles inside the engine's loop.
+shares. The engine's flow handling lives here too (`FlowArrays`, `FlowState` and the functions that start,
+advance, end and re-rate the moving flows): plain Python over numpy arrays and named tuples that numba
+compiles inside the engine's loop.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
+from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
+
+_EPS_NS = 1e-6  # a predicted flow end this close above an integer ns is that ns (float noise, not time)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,137 @@ class Flows:
 
     def __len__(self) -> int:
         return len(self.node)
+
+    def arrays(self, n_nodes: int) -> "FlowArrays":
+        """The flows as the engine's loop takes them, with each of the graph's n_nodes nodes' flow."""
+        flow_of = np.full(n_nodes, -1, np.int64)
+        if len(self):
+            if self.node.min() < 0 or self.node.max() >= n_nodes:
+                raise ValueError(f"a flow names a node outside 0..{n_nodes - 1}")
+            flow_of[self.node] = np.arange(len(self), dtype=np.int64)
+        return FlowArrays(flow_of, self.node, self.bytes, self.latency_ns, self.route_ptr, self.route_links,
+                          self.capacity, self.burst)
+
+
+# Flows as the engine's (numba-compiled) loop takes them: flow_of[node], the node's flow (-1: none), then Flows' arrays
+FlowArrays = namedtuple("FlowArrays", ["flow_of"] + [f.name for f in fields(Flows)])
+
+
+class FlowState(NamedTuple):
+    """The moving flows during a replay: active[:n_active] (pos[f]: f's slot, -1: not moving), the bytes each had
+    left when the rates were last set (at clock[T_RATES]), its rate and predicted end, the token buckets (tokens
+    held, flows crossing each link, since when it has been idle) and scratch for max_min_rates. The counters
+    numba cannot keep as mutable scalars of a tuple are in `clock`: N_ACTIVE, VERSION (of the rates: a CHECK
+    predicted under an older one is stale), T_RATES. `ended` receives the nodes of the flows end_due ends."""
+
+    active: np.ndarray
+    pos: np.ndarray
+    left: np.ndarray
+    rate: np.ndarray
+    pred_end: np.ndarray
+    rem_cap: np.ndarray
+    n_on: np.ndarray
+    touched: np.ndarray
+    frozen: np.ndarray
+    buckets: bool  # some link has a token bucket
+    tokens: np.ndarray
+    crossing: np.ndarray
+    idle_since: np.ndarray
+    ended: np.ndarray
+    clock: np.ndarray
+
+
+N_ACTIVE, VERSION, T_RATES = 0, 1, 2  # slots of FlowState.clock
+
+
+def flow_state(fl: FlowArrays, t0: int) -> FlowState:
+    """Nothing moving yet; every bucket full and idle since t0."""
+    n_flows, n_links = len(fl.node), len(fl.capacity)
+    clock = np.zeros(3, np.int64)
+    clock[T_RATES] = t0
+    return FlowState(np.zeros(n_flows, np.int64), np.full(n_flows, -1, np.int64), fl.bytes.copy(),
+                     np.zeros(n_flows, np.float64), np.zeros(n_flows, np.int64), np.zeros(n_links, np.float64),
+                     np.zeros(n_links, np.int64), np.zeros(n_links, np.int64), np.zeros(n_flows, np.bool_),
+                     bool((fl.burst > 0).any()), fl.burst.copy(), np.zeros(n_links, np.int64),
+                     np.full(n_links, t0, np.int64), np.zeros(n_flows, np.int64), clock)
+
+
+def advance(fs: FlowState, t) -> None:
+    """Move every active flow's bytes on to time t at the rates last set."""
+    dt = t - fs.clock[T_RATES]
+    for i in range(fs.clock[N_ACTIVE]):
+        f = fs.active[i]
+        if dt > 0 and fs.rate[f] < np.inf:
+            fs.left[f] = max(fs.left[f] - fs.rate[f] * dt, 0.0)
+
+
+def activate(fs: FlowState, fl: FlowArrays, f, t) -> None:
+    """Flow f starts moving at t: the tokens its bucketed links hold (the least of them) pass at once."""
+    n = fs.clock[N_ACTIVE]
+    fs.active[n] = f
+    fs.pos[f] = n
+    fs.clock[N_ACTIVE] = n + 1
+    if not fs.buckets:
+        return
+    passed = np.inf
+    for k in range(fl.route_ptr[f], fl.route_ptr[f + 1]):
+        lk = fl.route_links[k]
+        if fl.burst[lk] > 0:
+            if fs.crossing[lk] == 0:
+                fs.tokens[lk] = min(fl.burst[lk], fs.tokens[lk] + fl.capacity[lk] * (t - fs.idle_since[lk]))
+            passed = min(passed, fs.tokens[lk])
+    if passed < np.inf:
+        passed = min(passed, fs.left[f])
+        fs.left[f] -= passed
+        for k in range(fl.route_ptr[f], fl.route_ptr[f + 1]):
+            lk = fl.route_links[k]
+            if fl.burst[lk] > 0:
+                fs.tokens[lk] -= passed
+    for k in range(fl.route_ptr[f], fl.route_ptr[f + 1]):
+        fs.crossing[fl.route_links[k]] += 1
+
+
+def end_due(fs: FlowState, fl: FlowArrays, t) -> int:
+    """The flows predicted to end by t end: their nodes go to fs.ended[:count], in the order found; returns count."""
+    count = 0
+    i = 0
+    while i < fs.clock[N_ACTIVE]:
+        f = fs.active[i]
+        if fs.pred_end[f] <= t:
+            fs.ended[count] = fl.node[f]
+            count += 1
+            if fs.buckets:
+                for k in range(fl.route_ptr[f], fl.route_ptr[f + 1]):
+                    lk = fl.route_links[k]
+                    fs.crossing[lk] -= 1
+                    if fs.crossing[lk] == 0:
+                        fs.idle_since[lk] = t
+            n = fs.clock[N_ACTIVE] - 1
+            fs.clock[N_ACTIVE] = n
+            last = fs.active[n]
+            fs.active[i] = last
+            fs.pos[last] = i
+            fs.pos[f] = -1
+        else:
+            i += 1
+    return count
+
+
+def predict_ends(fs: FlowState, t) -> int:
+    """After new rates at t (max_min_rates into fs.rate): a new rates version and each moving flow's predicted
+    end; returns the soonest (int64 max: nothing moves)."""
+    fs.clock[T_RATES] = t
+    fs.clock[VERSION] += 1
+    soonest = np.iinfo(np.int64).max
+    for i in range(fs.clock[N_ACTIVE]):
+        f = fs.active[i]
+        if fs.rate[f] == np.inf or fs.left[f] <= 0.0:
+            fs.pred_end[f] = t
+        else:
+            fs.pred_end[f] = t + np.int64(np.ceil(fs.left[f] / fs.rate[f] - _EPS_NS))
+        if fs.pred_end[f] < soonest:
+            soonest = fs.pred_end[f]
+    return soonest
 
 
 def max_min_rates(active, n_active, route_ptr, route_links, capacity, rate, rem_cap, n_on, frozen, touched):

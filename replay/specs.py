@@ -19,7 +19,8 @@ from .checks import (ScenarioError, fraction, globs, int_at_least, interval, non
 from .compute import KERNEL_CLASSES, Speedup
 from .failures import (DEFAULT_MTBF_GPU_HOURS, DEFAULT_STRATEGY, DEFAULT_TRIALS, STRATEGIES, GoodputResult, Strategy,
                        goodput, make_strategy)
-from .network import ALGORITHMS, FLAT_ALGORITHMS, LINK_CLASSES, CalibratedModel, LinkOverride
+from .costs import ALGORITHMS, FLAT_ALGORITHMS, LINK_CLASSES, LinkOverride
+from .network import CalibratedModel
 from .optical import DEFAULT_RECONFIG_DELAY_MS, EVERY_GROUP, SCHEDULES, OpticalModel, Phase
 
 

@@ -101,7 +101,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
                "throughput_samples_per_s": gbs * scale * 1e9 / pred if gbs and pred else None,
                "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": exp}
         if sc.optical is not None:
-            row["reconfigurations"] = res.info.get("reconfigurations")
+            row["reconfigurations"] = res.info.reconfigurations
         if sc.failures is not None:
             world = int(run.sql("SELECT coalesce(max(world_size), count(*)) AS n FROM ranks").n.iloc[0])
             n_gpus = sc.failures.n_gpus or int(round(world * scale))

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -65,6 +67,35 @@ def test_compiled_and_interpreted_cores_agree_bit_for_bit(ddp3):
     a = Engine(g.n_nodes, g.src, g.dst, g.from_end, g.lag_ns, t0_ns=g.origin_ns, compiled=True).run(g.dur_ns)
     b = Engine(g.n_nodes, g.src, g.dst, g.from_end, g.lag_ns, t0_ns=g.origin_ns, compiled=False).run(g.dur_ns)
     assert np.array_equal(a.start_ns, b.start_ns) and np.array_equal(a.end_ns, b.end_ns)
+
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="the private cache folder is named by the user id")
+def test_engine_caches_where_numba_finds_no_writable_folder(tmp_path, monkeypatch):
+    # a read-only install for a user without a writable ~/.cache: numba's locators find no place for the cache and
+    # numba refuses to compile; the engine caches in a folder of the user's own in the temp dir instead
+    numba = pytest.importorskip("numba")
+    from numba.core import caching
+
+    from replay import engine
+
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [caching.UserProvidedCacheLocator])
+    monkeypatch.setattr(numba.config, "CACHE_DIR", "")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    src = tmp_path / "pkg" / "mod.py"
+    src.parent.mkdir()
+    src.write_text("def twice(x):\n    return 2 * x\n")
+    ns: dict = {}
+    exec(compile(src.read_text(), str(src), "exec"), ns)
+    with pytest.raises(RuntimeError, match="no locator available"):
+        numba.njit(cache=True)(ns["twice"])
+    assert engine._jit(ns["twice"])(21) == 42
+    cache = tmp_path / f"tracekit-numba-{os.getuid()}"
+    assert numba.config.CACHE_DIR == str(cache) and cache.stat().st_mode & 0o777 == 0o700
+    assert list(cache.rglob("*twice*.nbi")) and list(cache.rglob("*twice*.nbc"))
+    # no source file at all: nowhere to cache, compiled all the same
+    exec(compile("def thrice(x):\n    return 3 * x\n", "<no file>", "exec"), ns)
+    assert engine._jit(ns["thrice"])(2) == 6
 
 
 # ---- the graph of real runs

@@ -30,7 +30,7 @@ def runs(tmp_path_factory):
 def test_the_fitted_nic_capacity_is_the_rate_the_run_was_shaped_to(runs, name, mbit):
     # the testbed's tc tbf rate is the ground truth the fit never sees (run.json's testbed block)
     res = replay.run(runs[name], scenario_from_dict({"network": {"model": "links", "latency_scale": 1.0}}, "x"))
-    fit = res.info["links"]
+    fit = res.info.links
     assert runs[name].run_manifest()["testbed"]["links"][0]["rate_mbit"] == mbit
     assert fit.params.capacity["inter_node"] * 8e3 == pytest.approx(mbit, rel=0.10)
     # the notes print the fit beside the rate the run was shaped to
@@ -53,7 +53,7 @@ def test_links_what_if_moves_transfers_as_flows_and_a_slow_host_bottlenecks_its_
     one_slow = replay.run(run, scenario_from_dict(
         {"network": {"model": "links", "hosts": [{"ranks": [1], "bandwidth_scale": 0.25}]}}, "y"))
     base = replay.run(run).summary().measured_step_ns.max()
-    assert len(all_slow.info["flows"]) == len(run_colls_with_bytes(all_slow))
+    assert len(all_slow.info.flows) == len(run_colls_with_bytes(all_slow))
     # a two-host ring runs at the pace of its slower NIC: one slow host costs what all slow hosts cost
     assert one_slow.summary().predicted_step_ns.max() == all_slow.summary().predicted_step_ns.max()
     assert all_slow.summary().predicted_step_ns.max() > 2.5 * base
@@ -182,7 +182,7 @@ def test_gloo_worker_threads_become_one_pool_per_rank(runs):
         for edge in np.flatnonzero(into_jobs & (g.rank[g.dst] == r)):
             assert src[edge] == prev[g.dst[edge]]
     res = replay.run(runs["ddp2_2hosts_100mbit"], scenario_from_dict({"network": {"model": "links"}}, "x"))
-    assert "pools" in res.info and any("gloo worker threads as a pool" in n for n in res.notes)
+    assert res.info.pools is not None and any("gloo worker threads as a pool" in n for n in res.notes)
     s = res.summary()
     assert abs(s.predicted_step_ns.max() - s.measured_step_ns.max()) <= 0.03 * s.measured_step_ns.max()
 
@@ -202,10 +202,10 @@ def test_links_calibrated_from_nccl_tests_rows(tmp_path):
     run = tracekit.open(str(d), store=str(tmp_path / "st"), nccl_tests=[str(ref)])
     doc = {"network": {"model": "links", "calibrate": "nccl_tests", "nccl_tests_group_size": 2, "nccl_tests_hosts": 2}}
     res = replay.run(run, scenario_from_dict(doc, "x"))
-    fit = res.info["links"]
+    fit = res.info.links
     # the alpha-beta fit of the rows, taken as the links' capacity and latency (the rows' in-place half is
     # 10% slower, as the helper writes it: the fit lands between the two halves)
-    from replay.network import calibrate_nccl_tests
+    from replay.calibration import calibrate_nccl_tests
 
     ab_fit = calibrate_nccl_tests(run.sql("SELECT * FROM nccl_tests"), group_size=2, n_hosts=2)
     assert fit.params.capacity["inter_node"] == ab_fit.links["inter_node"].bandwidth_gbps
@@ -318,7 +318,7 @@ def test_a_rank_released_after_the_shared_transfer_waits_on_the_links_too(runs):
     tails = {}
     for scale in (1.0, 2.0):
         _, lag, _, info = apply_models(g, scenario_from_dict({"network": {"bandwidth_scale": scale}}, "s.toml"), run)
-        tail = dict(zip(links.build(g.colls, {0: 0, 1: 1}).coll_row, info["links"].tail_ns))
+        tail = dict(zip(links.build(g.colls, {0: 0, 1: 1}).coll_row, info.links.tail_ns))
         extra = np.array([tail.get(c, 0) for c in g.coll[g.src]])
         if scale == 1.0:  # nothing changed: every lag as measured, plus the transfer's tail
             assert (lag[late] == g.lag_ns[late] + extra[late]).all()
@@ -389,11 +389,11 @@ def test_the_round_trip_bounds_the_fitted_latency_of_a_run_and_leaves_bandwidth_
     # same to the ns
     free, free_ns = step({"bandwidth_scale": 2.0})
     told, told_ns = step({"bandwidth_scale": 2.0, "rtt_us": 1.0, "nic_bandwidth_gbps": 10.0})
-    assert free.info["links"].params.latency_ns["inter_node"] > 100e3
-    fit = told.info["links"]
+    assert free.info.links.params.latency_ns["inter_node"] > 100e3
+    fit = told.info.links
     assert "mtu" not in run.run_manifest()["testbed"]
     assert fit.params.latency_ns["inter_node"] == pytest.approx(1e3 + 1514 / 10.0)
-    assert fit.params.step_ns("inter_node") == pytest.approx(free.info["links"].params.step_ns("inter_node"))
+    assert fit.params.step_ns("inter_node") == pytest.approx(free.info.links.params.step_ns("inter_node"))
     assert told_ns == free_ns
     assert any("us of software" in n for n in told.notes)
 
@@ -407,5 +407,5 @@ def test_the_round_trip_bounds_the_fitted_latency_of_a_run_and_leaves_bandwidth_
     (copy / "run.json").write_text(json.dumps(manifest))
     with tracekit.open(str(copy)) as measured:
         res = replay.run(measured, scenario_from_dict({"network": {"model": "links", "bandwidth_scale": 2.0}}, "x"))
-    assert res.info["links"].params.latency_ns["inter_node"] == pytest.approx(1e3 + 1514 / (100 / 8e3))
+    assert res.info.links.params.latency_ns["inter_node"] == pytest.approx(1e3 + 1514 / (100 / 8e3))
     assert int(res.summary().predicted_step_ns.max()) == free_ns

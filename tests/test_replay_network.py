@@ -1,6 +1,6 @@
-"""Communication models (replay/network.py): alpha-beta costs against the closed forms, calibration
-recovering known alpha/beta from noisy synthetic runs, and the what-if invariants (identity is exact,
-bandwidth scaling touches only the beta part, rows without bytes)."""
+"""Communication models (replay/network.py, costs.py, calibration.py): alpha-beta costs against the closed
+forms, calibration recovering known alpha/beta from noisy synthetic runs, and the what-if invariants (identity
+is exact, bandwidth scaling touches only the beta part, rows without bytes)."""
 from __future__ import annotations
 
 import math
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.network import (DEFAULT_LINKS, colls_frame, AlphaBetaModel, LinkOverride, Link, MeasuredComm, WhatIfComm,
-                            calibrate, calibrate_nccl_tests, class_keys)
+from replay.calibration import calibrate, calibrate_nccl_tests
+from replay.costs import DEFAULT_LINKS, Link, LinkOverride, colls_frame
+from replay.network import AlphaBetaModel, MeasuredComm, WhatIfComm, class_keys
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 

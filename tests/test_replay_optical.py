@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.network import AlphaBetaModel, Link, MeasuredComm, WhatIfComm, calibrate, colls_frame
+from replay.calibration import calibrate
+from replay.costs import Link, colls_frame
+from replay.network import AlphaBetaModel, MeasuredComm, WhatIfComm
 from replay.optical import OpticalModel, Phase
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")

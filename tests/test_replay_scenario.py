@@ -14,7 +14,8 @@ import pytest
 
 from replay.compute import ComputeModel, Speedup
 from replay.failures import Strategy
-from replay.network import AlphaBetaModel, LinkOverride, MeasuredComm, WhatIfComm
+from replay.costs import LinkOverride
+from replay.network import AlphaBetaModel, MeasuredComm, WhatIfComm
 from replay.optical import OpticalModel, Phase
 from replay.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
 from replay.specs import (SCHEMA, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride, NetworkSpec, OpticalSpec,

@@ -76,7 +76,7 @@ def test_more_optical_reconfigurations_never_make_a_step_faster(runs):
             doc["optical"]["phase"] = phases[key]
         r = replay.run(run, scenario_from_dict(doc, key))
         end = r.steps.predicted_end_ns.max()
-        n = r.info.get("reconfigurations", 0)
+        n = r.info.reconfigurations or 0
         if prev is not None:
             assert n >= prev[1] and end >= prev[0]
         prev = (end, n)
@@ -112,7 +112,7 @@ def test_a_reconfiguration_delays_the_transfers_after_it_by_its_delay_under_the_
     no_delay = replay.run(run, scenario_from_dict(doc, "d0"))
     doc["optical"]["reconfig_delay_ms"] = 50.0
     delayed = replay.run(run, scenario_from_dict(doc, "d50"))
-    assert delayed.info["reconfigurations"] == 1
+    assert delayed.info.reconfigurations == 1
     # one 50 ms reconfiguration, before a collective of a step: that step ends later, by at most 50 ms
     grew = _job_step(delayed) - _job_step(no_delay)
     assert 0 < grew <= 50_000_000
@@ -216,7 +216,8 @@ def test_calibrated_network_model_reproduces_the_baseline(runs, name):
     """Every transfer costed by the alpha-beta model fitted on the run (absolute mode, not the measured
     times): the mean step per rank within 2%. (The model gives each transfer's expected cost, not its
     noise, so single steps move by a few % either way; the median of 5 can too.)"""
-    from replay.network import WhatIfComm, calibrate
+    from replay.calibration import calibrate
+    from replay.network import WhatIfComm
     from replay.scenario import Scenario
 
     class Calibrated(Scenario):
