@@ -29,7 +29,7 @@ def _decoder():
     if kineto._events is None:
         if CI:
             pytest.fail("tracekit/ingest/_events.c was not built: CI must build the decoder (setup.py)")
-        pytest.skip("the compiled events decoder is not built")
+        pytest.skip("the compiled events decoder is not built (pip install -e . with a C compiler builds it)")
 
 
 def _rows(con, path) -> list[tuple]:
@@ -262,7 +262,21 @@ def _tables(store: Path) -> dict[str, list[tuple]]:
 
 
 def _same_store(trace_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    # the decoder must take every run of the fast ingest (jobs=1: in this process): a decoder that declined
+    # them all would leave both stores the general path's, equal and proving nothing
+    taken, declined = [], []
+
+    def counted(events, first_id, head_metadata):
+        run = decode(events, first_id, head_metadata)
+        (declined if run is None else taken).append(first_id)
+        return run
+
+    decode = kineto._decode_run
+    monkeypatch.setattr(kineto, "_decode_run", counted)
     ingest(str(trace_dir), str(tmp_path / "fast"), jobs=1, force=True, progress=False)
+    monkeypatch.setattr(kineto, "_decode_run", decode)
+    assert taken and not declined, (f"{trace_dir.name}: the compiled decoder declined {len(declined)} of "
+                                    f"{len(taken) + len(declined)} runs (the first event of each: {declined[:5]})")
     monkeypatch.setenv("TRACEKIT_DECODER", "duckdb")
     ingest(str(trace_dir), str(tmp_path / "general"), jobs=1, force=True, progress=False)
     fast, general = _tables(tmp_path / "fast"), _tables(tmp_path / "general")
