@@ -32,9 +32,19 @@ table.findings td, table.findings th { border-bottom: 1px solid #eee; padding: .
 """
 
 
-def build_figures(run) -> list[tuple[str, object, str]]:
+class ReportIncomplete(TracekitError):
+    """The report was written, but sections of it failed (each names its error on the page)."""
+
+    def __init__(self, path: str, failed: list[tuple[str, str]]):
+        self.path, self.failed = path, failed
+        super().__init__(f"{path}: written, but {len(failed)} section(s) failed: "
+                         + "; ".join(f"{name}: {why}" for name, why in failed))
+
+
+def build_figures(run, failed: list | None = None) -> list[tuple[str, object, str]]:
     """(panel name, figure, data source) for every panel; a panel whose data cannot be computed
-    becomes a no-data figure that names the reason instead of failing the whole report."""
+    becomes a no-data figure that names the reason instead of stopping the whole report, and is
+    added to `failed` as (panel, reason)."""
     from . import plots
 
     out = []
@@ -43,8 +53,14 @@ def build_figures(run) -> list[tuple[str, object, str]]:
             fig = plots.PLOTS[name](data_fn(run))
         except TracekitError as e:
             fig = plots.no_data_figure(name.replace("_", " "), str(e))
+            _failed(failed, name, e)
         out.append((name, fig, source))
     return out
+
+
+def _failed(failed: list | None, section: str, e: Exception) -> None:
+    if failed is not None:
+        failed.append((section, str(e)))
 
 
 def whatif_figure(run, scenarios) -> tuple[str, object, str]:
@@ -59,12 +75,14 @@ def whatif_figure(run, scenarios) -> tuple[str, object, str]:
     return "predicted_vs_measured", plots.predicted_vs_measured(df), WHATIF_SOURCE
 
 
-def mfu_html(run) -> str:
-    """The MFU headline: model FLOPs utilization per rank (analysis mfu), its spread, device and dtype."""
+def mfu_html(run, failed: list | None = None) -> str:
+    """The MFU headline: model FLOPs utilization per rank (analysis mfu), its spread, device and dtype.
+    An error is said in the headline and added to `failed` (as build_figures)."""
     esc = html.escape
     try:
         df = run.analyze("mfu")
     except TracekitError as e:
+        _failed(failed, "mfu", e)
         return f'<p id="mfu" class="headline">MFU: not known ({esc(str(e))})</p>'
     if df.empty:
         return '<p id="mfu" class="headline">MFU: not known (no steps or spans to divide FLOPs by)</p>'
@@ -87,15 +105,17 @@ def mfu_html(run) -> str:
             'step time / the device catalog\'s dense peak</p>')
 
 
-def findings_html(run) -> str:
-    """The Findings section: doctor's findings (tracekit/advice), most predicted saving first."""
+def findings_html(run, failed: list | None = None) -> str:
+    """The Findings section: doctor's findings (tracekit/advice), most predicted saving first. An error is
+    said in the section and added to `failed` (as build_figures)."""
     from ..advice import doctor
 
     esc = html.escape
     try:
         found = doctor(run)
     except TracekitError as e:
-        return f'<section id="findings"><h2>Findings</h2><p>no findings: {esc(str(e))}</p></section>'
+        _failed(failed, "findings", e)
+        return f'<section id="findings"><h2>Findings</h2><p>failed: {esc(str(e))}</p></section>'
     rows = []
     for f in found:
         saving = "not predicted" if f["saving_pct"] is None else f"{f['saving_ns'] / 1e6:.1f} ms ({f['saving_pct']:.1f}%)"
@@ -110,14 +130,15 @@ def findings_html(run) -> str:
             f'evidence, the replay\'s predicted saving</p>{body}</section>')
 
 
-def render_html(run, *, title: str | None = None, scenarios=()) -> str:
-    """The whole report page as a string (with a predicted-vs-measured panel when scenarios are given)."""
+def render_html(run, *, title: str | None = None, scenarios=(), failed: list | None = None) -> str:
+    """The whole report page as a string (with a predicted-vs-measured panel when scenarios are given).
+    failed: a list that gets (section, error) for every section that could not be computed."""
     require_plotly()
     import plotly.io as pio
 
     from .plots import is_no_data
 
-    figures = build_figures(run)
+    figures = build_figures(run, failed)
     if scenarios:
         figures.append(whatif_figure(run, scenarios))
     title = title or f"tracekit report: {os.path.basename(os.path.normpath(run.trace_dir or run.store.path))}"
@@ -132,8 +153,8 @@ def render_html(run, *, title: str | None = None, scenarios=()) -> str:
     parts.append("</table><nav>")
     parts += [f'<a href="#panel-{esc(n)}">{esc(n.replace("_", " "))}</a>' for n, _, _ in figures]
     parts.append("</nav>")
-    parts.append(mfu_html(run))
-    parts.append(findings_html(run))
+    parts.append(mfu_html(run, failed))
+    parts.append(findings_html(run, failed))
     for i, (name, fig, source) in enumerate(figures):
         # The first figure carries the whole plotly.js bundle inline; the rest reuse it.
         div = pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), include_mathjax=False,
@@ -147,11 +168,13 @@ def render_html(run, *, title: str | None = None, scenarios=()) -> str:
 
 def write_report(run, out_path, *, title: str | None = None, scenarios=()) -> str:
     """Write the report for run to out_path; returns the path written. scenarios (files or
-    replay.scenario.Scenario objects) add the predicted-vs-measured panel."""
+    replay.scenario.Scenario objects) add the predicted-vs-measured panel. When a section failed, the page
+    is written (saying so in that section) and ReportIncomplete names the sections and their errors."""
     from replay.scenario import Scenario, load_scenario
 
     scenarios = [s if isinstance(s, Scenario) else load_scenario(s) for s in scenarios]
-    page = render_html(run, title=title, scenarios=scenarios)
+    failed: list[tuple[str, str]] = []
+    page = render_html(run, title=title, scenarios=scenarios, failed=failed)
     out_path = os.fspath(out_path)
     parent = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(parent):
@@ -163,4 +186,6 @@ def write_report(run, out_path, *, title: str | None = None, scenarios=()) -> st
         os.replace(tmp, out_path)
     except OSError as e:
         raise TracekitError(f"-o {out_path}: cannot write: {e.strerror}") from None
+    if failed:
+        raise ReportIncomplete(out_path, failed)
     return out_path
