@@ -98,7 +98,8 @@ def given_device(name: str, devices: list[Device]) -> Device:
     d = resolve(name, devices)
     if d is None:
         raise TracekitError(f"--device {name!r}: not in the device catalog; one of: "
-                            f"{', '.join(x.name for x in devices)} (or add it with --catalog FILE)")
+                            f"{', '.join(x.name for x in devices)} (or add it to a catalog file: --catalog FILE, or "
+                            f"{ENV}=FILE)")
     return d
 
 

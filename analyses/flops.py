@@ -448,7 +448,7 @@ def _no_device(run, devices: dict, devs_file, nulls: str) -> tuple[dict[int, str
         gpu = gpu or bool(name or kernels.get(r))
     names = ", ".join(d.name for d in (devs_file if isinstance(devs_file, list) else catalog(devs_file)))
     fix = (f"name the GPU with --device NAME (device= in Python), one of: {names}; or add it to a catalog "
-           "file (--catalog)") if gpu else ""
+           "file (--catalog FILE, or TRACEKIT_DEVICE_CATALOG=FILE)") if gpu else ""
     return why, fix
 
 

@@ -104,3 +104,18 @@ def test_shared_gpu_trace_without_device_properties(tmp_path):
     assert "rank 0: 1154 GPU kernels, but the trace does not name their device" in m.attrs["note"]
     assert "rank 1: 1104 GPU kernels" in m.attrs["note"] and m.mfu_pct.isna().all()
     assert (given.device == "H100-SXM").all() and given.mfu_pct.notna().all() and given.attrs["note"] == ""
+
+
+def test_report_device(unnamed, tmp_path):
+    pytest.importorskip("plotly", reason="the report needs the `report` extra (plotly)")
+    from tracekit.report.html import mfu_html
+
+    with tracekit.open(str(unnamed), store=str(tmp_path / "s")) as run:
+        unknown, known = mfu_html(run), mfu_html(run, device="H100-SXM")
+    assert "<b>MFU: not known</b> (rank 0: 12 GPU kernels, but the trace does not name their device" in unknown
+    assert "name the GPU with --device NAME" in unknown
+    assert f"of H100-SXM fp16 peak {H100.peak('fp16'):.4g} TFLOP/s" in known
+    res = CliRunner().invoke(cli, ["report", str(unnamed), "--store", str(tmp_path / "s"), "-o",
+                                   str(tmp_path / "r.html"), "--device", "H900"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "--device 'H900'" in res.output, res.output
+    assert not (tmp_path / "r.html").exists()

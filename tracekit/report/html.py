@@ -41,16 +41,20 @@ class ReportIncomplete(TracekitError):
                          + "; ".join(f"{name}: {why}" for name, why in failed))
 
 
-def build_figures(run, failed: list | None = None) -> list[tuple[str, object, str]]:
+def build_figures(run, failed: list | None = None, device: str | None = None) -> list[tuple[str, object, str]]:
     """(panel name, figure, data source) for every panel; a panel whose data cannot be computed
     becomes a no-data figure that names the reason instead of stopping the whole report, and is
-    added to `failed` as (panel, reason)."""
+    added to `failed` as (panel, reason). device: the catalog device of a trace that does not name its GPU,
+    for the panels whose data takes one (the roofline)."""
+    import inspect
+
     from . import plots
 
     out = []
     for name, (data_fn, source) in PANEL_DATA.items():
+        takes_device = device is not None and "device" in inspect.signature(data_fn).parameters
         try:
-            fig = plots.PLOTS[name](data_fn(run))
+            fig = plots.PLOTS[name](data_fn(run, device=device) if takes_device else data_fn(run))
         except TracekitError as e:
             fig = plots.no_data_figure(name.replace("_", " "), str(e))
             _failed(failed, name, e)
@@ -75,12 +79,12 @@ def whatif_figure(run, scenarios) -> tuple[str, object, str]:
     return "predicted_vs_measured", plots.predicted_vs_measured(df), WHATIF_SOURCE
 
 
-def mfu_html(run, failed: list | None = None) -> str:
+def mfu_html(run, failed: list | None = None, device: str | None = None) -> str:
     """The MFU headline: model FLOPs utilization per rank (analysis mfu), its spread, device and dtype.
-    An error is said in the headline and added to `failed` (as build_figures)."""
+    An error is said in the headline and added to `failed` (as build_figures); device: as mfu's."""
     esc = html.escape
     try:
-        df = run.analyze("mfu")
+        df = run.analyze("mfu", device=device)
     except TracekitError as e:
         _failed(failed, "mfu", e)
         return f'<p id="mfu" class="headline">MFU: not known ({esc(str(e))})</p>'
@@ -92,7 +96,8 @@ def mfu_html(run, failed: list | None = None) -> str:
     flops = f"{f / 1e12:,.3g} TFLOP per step" if f >= 1e12 else f"{f / 1e9:,.3g} GFLOP per step"
     known = df[df.mfu_pct.notna()]
     if known.empty:
-        why = (df.attrs.get("note") or "no device peak").split(";")[0]
+        note = df.attrs.get("note") or "no device peak"
+        why = note.split(";")[0] + ("; name the GPU with --device NAME" if "--device NAME" in note else "")
         return (f'<p id="mfu" class="headline"><b>MFU: not known</b> ({esc(why)}); {esc(flops)}, '
                 f'{esc(achieved)} TFLOP/s achieved</p>')
     lo, hi = known.mfu_pct.min(), known.mfu_pct.max()
@@ -105,14 +110,14 @@ def mfu_html(run, failed: list | None = None) -> str:
             'step time / the device catalog\'s dense peak</p>')
 
 
-def findings_html(run, failed: list | None = None) -> str:
+def findings_html(run, failed: list | None = None, device: str | None = None) -> str:
     """The Findings section: doctor's findings (tracekit/advice), most predicted saving first. An error is
-    said in the section and added to `failed` (as build_figures)."""
+    said in the section and added to `failed` (as build_figures); device: as doctor's."""
     from ..advice import doctor
 
     esc = html.escape
     try:
-        found = doctor(run)
+        found = doctor(run, device=device)
     except TracekitError as e:
         _failed(failed, "findings", e)
         return f'<section id="findings"><h2>Findings</h2><p>failed: {esc(str(e))}</p></section>'
@@ -130,15 +135,17 @@ def findings_html(run, failed: list | None = None) -> str:
             f'evidence, the replay\'s predicted saving</p>{body}</section>')
 
 
-def render_html(run, *, title: str | None = None, scenarios=(), failed: list | None = None) -> str:
+def render_html(run, *, title: str | None = None, scenarios=(), failed: list | None = None,
+                device: str | None = None) -> str:
     """The whole report page as a string (with a predicted-vs-measured panel when scenarios are given).
-    failed: a list that gets (section, error) for every section that could not be computed."""
+    failed: a list that gets (section, error) for every section that could not be computed. device: the
+    catalog device of a trace that does not name its GPU (MFU, roofline, findings)."""
     require_plotly()
     import plotly.io as pio
 
     from .plots import is_no_data
 
-    figures = build_figures(run, failed)
+    figures = build_figures(run, failed, device)
     if scenarios:
         figures.append(whatif_figure(run, scenarios))
     title = title or f"tracekit report: {os.path.basename(os.path.normpath(run.trace_dir or run.store.path))}"
@@ -153,8 +160,8 @@ def render_html(run, *, title: str | None = None, scenarios=(), failed: list | N
     parts.append("</table><nav>")
     parts += [f'<a href="#panel-{esc(n)}">{esc(n.replace("_", " "))}</a>' for n, _, _ in figures]
     parts.append("</nav>")
-    parts.append(mfu_html(run, failed))
-    parts.append(findings_html(run, failed))
+    parts.append(mfu_html(run, failed, device))
+    parts.append(findings_html(run, failed, device))
     for i, (name, fig, source) in enumerate(figures):
         # The first figure carries the whole plotly.js bundle inline; the rest reuse it.
         div = pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), include_mathjax=False,
@@ -166,15 +173,15 @@ def render_html(run, *, title: str | None = None, scenarios=(), failed: list | N
     return "\n".join(parts)
 
 
-def write_report(run, out_path, *, title: str | None = None, scenarios=()) -> str:
+def write_report(run, out_path, *, title: str | None = None, scenarios=(), device: str | None = None) -> str:
     """Write the report for run to out_path; returns the path written. scenarios (files or
-    replay.scenario.Scenario objects) add the predicted-vs-measured panel. When a section failed, the page
+    replay.scenario.Scenario objects) add the predicted-vs-measured panel; device: as render_html's. When a section failed, the page
     is written (saying so in that section) and ReportIncomplete names the sections and their errors."""
     from replay.scenario import Scenario, load_scenario
 
     scenarios = [s if isinstance(s, Scenario) else load_scenario(s) for s in scenarios]
     failed: list[tuple[str, str]] = []
-    page = render_html(run, title=title, scenarios=scenarios, failed=failed)
+    page = render_html(run, title=title, scenarios=scenarios, failed=failed, device=device)
     out_path = os.fspath(out_path)
     parent = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(parent):
