@@ -1,6 +1,7 @@
 """The device catalog (analyses/device_catalog.toml): dense peak TFLOP/s per dtype and memory GB/s per
 device, matched from the traces' deviceProperties names; a user's file of the same form adds or overrides
-devices (--catalog FILE or TRACEKIT_DEVICE_CATALOG). An unknown device has null peaks, never a guess."""
+devices (--catalog FILE or TRACEKIT_DEVICE_CATALOG). An unknown device has null peaks, never a guess; a trace
+that does not name its GPU (no deviceProperties) gets one only from the user (--device NAME)."""
 from __future__ import annotations
 
 import json
@@ -82,6 +83,24 @@ def match(device_name: str | None, devices: list[Device]) -> Device | None:
         if re.search(d.match, device_name, re.IGNORECASE):
             return d
     return None
+
+
+def resolve(name: str, devices: list[Device]) -> Device | None:
+    """A catalog device by its name (case-insensitive), else the first whose match pattern the name fits."""
+    for d in devices:
+        if d.name.lower() == name.strip().lower():
+            return d
+    return match(name, devices)
+
+
+def given_device(name: str, devices: list[Device]) -> Device:
+    """The device a user names for a run whose trace does not (an analysis's `device`, the CLI's --device)."""
+    d = resolve(name, devices)
+    if d is None:
+        raise TracekitError(f"--device {name!r}: not in the device catalog; one of: "
+                            f"{', '.join(x.name for x in devices)} (or add it to a catalog file: --catalog FILE, or "
+                            f"{ENV}=FILE)")
+    return d
 
 
 def device_properties(run) -> dict[int, list[dict]]:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ._sql import with_note
-from .devices import catalog, device_properties, match
+from .devices import catalog, device_properties, given_device, match
 
 ELEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
               "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
@@ -221,7 +221,9 @@ FLOPS_BY_OP_COLUMNS = {
 MFU_COLUMNS = {
     "rank": "global rank", "step": "ProfilerStep#N (by_step), NULL for the median over steps",
     "flops": "model FLOPs per step (leaf ops with shapes)", "step_ns": "step time, ns (median with by_step off)",
-    "achieved_tflops": "flops / step_ns / 1e3", "device": "catalog device (NULL: not in the catalog, or a CPU run)",
+    "achieved_tflops": "flops / step_ns / 1e3",
+    "device": "catalog device: the trace's deviceProperties, or the one given (device / --device); NULL: not in the "
+              "catalog, not named by the trace (the note says so), or a CPU run",
     "dtype": "dtype of most of the FLOPs", "peak_tflops": "the device's dense peak for that dtype (NULL: unknown)",
     "mfu_pct": "100 * achieved / peak (NULL where the peak is unknown)",
 }
@@ -232,7 +234,7 @@ ROOFLINE_COLUMNS = {
     "achieved_gbps": "bytes / kernel_ns", "bound": "compute | memory: which roofline term binds at that intensity",
     "attainable_tflops": "min(peak, intensity x memory bandwidth), TFLOP/s",
     "share_pct": "achieved / attainable (compute-bound) or achieved_gbps / memory bandwidth (memory-bound), percent",
-    "device": "catalog device", "dtype": "dtype of most of the FLOPs",
+    "device": "catalog device, as mfu's", "dtype": "dtype of most of the FLOPs",
 }
 
 
@@ -408,10 +410,12 @@ def flops_by_op(run, ranks=None):
     return with_note(out[list(FLOPS_BY_OP_COLUMNS)], _note_unknown(ops))
 
 
-def rank_devices(run, devices=None) -> dict:
+def rank_devices(run, devices=None, device: str | None = None) -> dict:
     """rank -> catalog Device (or None) and the deviceProperties name, from the device its kernels ran on.
-    devices: a catalog file (None: the bundled one and $TRACEKIT_DEVICE_CATALOG's) or a list of Devices."""
+    devices: a catalog file (None: the bundled one and $TRACEKIT_DEVICE_CATALOG's) or a list of Devices.
+    device: a catalog device the user names (--device) for every rank, the trace's deviceProperties aside."""
     devs = devices if isinstance(devices, list) else catalog(devices)
+    given = given_device(device, devs) if device is not None else None
     used = run.sql("SELECT rank, mode(device) AS device FROM kernels GROUP BY rank")
     used = dict(zip(used["rank"], used.device))
     out = {}
@@ -419,12 +423,39 @@ def rank_devices(run, devices=None) -> dict:
         want = used.get(r)
         entry = next((x for x in p if x.get("id") == want), p[0] if p else None)
         name = entry.get("name") if isinstance(entry, dict) else None
-        out[int(r)] = (match(name, devs), name)
+        out[int(r)] = (given, name) if given is not None else (match(name, devs), name)
     return out
 
 
-def mfu(run, by_step: bool = False, catalog: str | None = None, *, ops: pd.DataFrame | None = None):
-    """ops: op_table(run) when the caller has built it already (doctor reads mfu and roofline off one table)."""
+def _no_device(run, devices: dict, devs_file, nulls: str) -> tuple[dict[int, str], str]:
+    """For the ranks without a catalog device: rank -> why and which columns are null (`nulls`); and what to
+    do, said once (ranks that have a device are left out)."""
+    missing = [r for r, (dev, _) in devices.items() if dev is None]
+    if not missing:
+        return {}, ""
+    kernels = run.sql("SELECT rank, count(*) AS n FROM kernels GROUP BY rank")
+    kernels = dict(zip(kernels["rank"].astype(int), kernels.n.astype(int)))
+    why, gpu = {}, False
+    for r in missing:
+        name = devices[r][1]
+        if name:
+            why[r] = f"rank {r}: device {name!r} is not in the device catalog: {nulls}"
+        elif kernels.get(r):
+            why[r] = (f"rank {r}: {kernels[r]} GPU kernels, but the trace does not name their device (it has no "
+                      f"deviceProperties): {nulls}")
+        else:
+            why[r] = f"rank {r}: no GPU device in the trace (a CPU run): {nulls}"
+        gpu = gpu or bool(name or kernels.get(r))
+    names = ", ".join(d.name for d in (devs_file if isinstance(devs_file, list) else catalog(devs_file)))
+    fix = (f"name the GPU with --device NAME (device= in Python), one of: {names}; or add it to a catalog "
+           "file (--catalog FILE, or TRACEKIT_DEVICE_CATALOG=FILE)") if gpu else ""
+    return why, fix
+
+
+def mfu(run, by_step: bool = False, catalog: str | None = None, device: str | None = None, *,
+        ops: pd.DataFrame | None = None):
+    """device: the catalog device every rank ran on, for a trace that does not name it (see rank_devices).
+    ops: op_table(run) when the caller has built it already (doctor reads mfu and roofline off one table)."""
     ops = op_table(run) if ops is None else ops
     steps = run.sql("SELECT rank, step, ts_ns, end_ns, dur_ns, is_last FROM steps ORDER BY rank, step")
     # the last step of a rank is left out where it has others (it often holds the profiler's teardown)
@@ -433,17 +464,17 @@ def mfu(run, by_step: bool = False, catalog: str | None = None, *, ops: pd.DataF
     if steps.empty:
         steps = run.sql("SELECT rank, NULL::BIGINT AS step, first_ts_ns AS ts_ns, last_end_ns AS end_ns, "
                         "last_end_ns - first_ts_ns AS dur_ns FROM ranks")
-    devices = rank_devices(run, catalog)
+    devices = rank_devices(run, catalog, device)
+    why, fix = _no_device(run, devices, catalog, "mfu_pct is null")
     rows, notes = [], []
     for r, st in steps.groupby("rank"):
         mine = ops[(ops["rank"] == r) & ops.flops.notna()]
         flop_by_dtype = mine.groupby("dtype").flops.sum() if len(mine) else pd.Series(dtype="float64")
         dtype = str(flop_by_dtype.idxmax()) if len(flop_by_dtype) else None
-        dev, devname = devices.get(int(r), (None, None))
+        dev, _ = devices.get(int(r), (None, None))
         peak = dev.peak(dtype) if dev is not None else None
         if dev is None:
-            notes.append(f"rank {r}: " + (f"device {devname!r} is not in the device catalog (add it with --catalog)"
-                                          if devname else "no GPU device in the trace (a CPU run)") + ": mfu_pct is null")
+            notes.append(why[int(r)])
         elif peak is None:
             notes.append(f"rank {r}: the catalog has no {dtype} peak for {dev.name}: mfu_pct is null")
         per = []
@@ -462,19 +493,20 @@ def mfu(run, by_step: bool = False, catalog: str | None = None, *, ops: pd.DataF
     out = pd.DataFrame(rows, columns=["rank", "step", "flops", "step_ns", "device", "dtype", "peak_tflops"])
     out["achieved_tflops"] = out.flops / out.step_ns / 1e3
     out["mfu_pct"] = (100.0 * out.achieved_tflops / out.peak_tflops.astype("float64")).where(out.peak_tflops.notna())
-    note = "; ".join(dict.fromkeys(notes + ([_note_unknown(ops)] if _note_unknown(ops) else [])))
+    note = "; ".join(dict.fromkeys(notes + [x for x in (fix, _note_unknown(ops)) if x]))
     return with_note(out[list(MFU_COLUMNS)], note)
 
 
-def roofline(run, catalog: str | None = None, *, ops: pd.DataFrame | None = None):
-    """ops: op_table(run) when the caller has built it already (as mfu)."""
+def roofline(run, catalog: str | None = None, device: str | None = None, *, ops: pd.DataFrame | None = None):
+    """device and ops: as mfu's."""
+    devices = rank_devices(run, catalog, device)  # first: a device name not in the catalog is an error on any run
     ops = op_table(run) if ops is None else ops
     ops = ops[ops.flops.notna() & ops.kernel_ns.notna() & (ops.kernel_ns.fillna(0) > 0)]
     if ops.empty:
         return with_note(pd.DataFrame(columns=list(ROOFLINE_COLUMNS)),
                          "no operator with shapes that launched GPU kernels: a roofline needs both")
-    devices = rank_devices(run, catalog)
-    rows = []
+    why, fix = _no_device(run, devices, catalog, "bound, attainable_tflops and share_pct are null")
+    rows, notes = [], []
     for (r, c), x in ops.groupby(["rank", "op_class"]):
         dev, _ = devices.get(int(r), (None, None))
         fl, by, kn = float(x.flops.sum()), float(x.bytes.sum()), float(x.kernel_ns.sum())
@@ -492,4 +524,7 @@ def roofline(run, catalog: str | None = None, *, ops: pd.DataFrame | None = None
                      "intensity_flop_per_byte": ai, "achieved_tflops": ach_t, "achieved_gbps": ach_g, "bound": bound,
                      "attainable_tflops": attain, "share_pct": share, "device": dev.name if dev else None,
                      "dtype": dtype})
-    return with_note(pd.DataFrame(rows, columns=list(ROOFLINE_COLUMNS)), "")
+        if dev is None:
+            notes.append(why[int(r)])
+    return with_note(pd.DataFrame(rows, columns=list(ROOFLINE_COLUMNS)),
+                     "; ".join(dict.fromkeys(notes + ([fix] if notes and fix else []))))

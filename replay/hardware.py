@@ -47,20 +47,12 @@ def catalog(spec, where: str) -> list:
         raise ScenarioError(f"{where}: [hardware] catalog: {e}") from None
 
 
-def resolve(name: str, devices: list):
-    """A catalog device by its name (case-insensitive), else the first whose match pattern the name fits."""
-    for d in devices:
-        if d.name.lower() == name.strip().lower():
-            return d
-    return _devices.match(name, devices)
-
-
 def named(spec, key: str, devices: list, where: str):
     """The device [hardware] <key> names, or None when the key is not given; an unknown name is the error."""
     name = getattr(spec, key)
     if name is None:
         return None
-    d = resolve(name, devices)
+    d = _devices.resolve(name, devices)
     if d is None:
         raise ScenarioError(f"{where}: [hardware] {key}: {name!r} is not in the device catalog; allowed: "
                             f"{', '.join(x.name for x in devices)} (or add it with [hardware] catalog"

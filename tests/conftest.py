@@ -13,16 +13,32 @@ SHARED = REPO.parent / "shared"
 SHARED_TRACES = SHARED / "traces"
 
 
+def _ci_with_shared() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1") and SHARED.is_dir()
+
+
 def shared_trace_dir(rel: str = "") -> Path:
     """A directory under ../shared/traces. Absent: the test skips, except in a CI run (CI=true) that
     has ../shared beside the repo, where it fails: there a skip would hide a lost or renamed trace."""
     p = SHARED_TRACES / rel
     if not p.exists():
         why = f"{p} not present (the shared traces live beside the repo, not in it)"
-        if os.environ.get("CI", "").lower() in ("true", "1") and SHARED.is_dir():
+        if _ci_with_shared():
             pytest.fail(f"{why}; this CI run has {SHARED}, so every shared-trace test must run", pytrace=False)
         pytest.skip(why)
     return p
+
+
+def has_shared_trace(rel: str) -> bool:
+    """For a test that reads a shared trace when there is one and a bundled one else: whether
+    ../shared/traces/REL is there. In a CI run that has ../shared, its absence fails the test instead
+    (as shared_trace_dir): the fallback would hide a lost or renamed trace."""
+    if (SHARED_TRACES / rel).exists():
+        return True
+    if _ci_with_shared():
+        pytest.fail(f"{SHARED_TRACES / rel} not present; this CI run has {SHARED}, so the test must read it",
+                    pytrace=False)
+    return False
 
 
 @pytest.fixture

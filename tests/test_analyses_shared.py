@@ -13,7 +13,7 @@ import analyses
 import tracekit
 from analyses.registry import REGISTRY
 
-from .conftest import SHARED_TRACES as SHARED, shared_trace_dir
+from .conftest import shared_trace_dir
 
 pytestmark = pytest.mark.slow  # ingests the shared traces, checks them against HTA
 
@@ -106,7 +106,7 @@ def hta_runs():
             logging.disable(logging.CRITICAL)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cache[rel] = TraceAnalysis(trace_dir=str(SHARED / rel))
+                cache[rel] = TraceAnalysis(trace_dir=str(shared_trace_dir(rel)))
         return cache[rel]
 
     yield get

@@ -30,7 +30,7 @@ import tracekit
 from tracekit.errors import TracekitError
 from tracekit.ingest import ingest
 
-from .conftest import REPO, SHARED_TRACES, tiny_events, write_trace
+from .conftest import REPO, SHARED_TRACES, has_shared_trace, tiny_events, write_trace
 
 pytestmark = pytest.mark.slow  # fuzz: thousands of mutated traces
 
@@ -130,7 +130,7 @@ def source_text(src: str) -> bytes:
 
 def available_sources() -> list[str]:
     out = ["tiny", "sample"]
-    if SIMPLE_ADD.exists():
+    if has_shared_trace(str(SIMPLE_ADD.relative_to(SHARED_TRACES))):
         out.append("simple_add")
     return out
 

@@ -29,7 +29,7 @@ def _decoder():
     if kineto._events is None:
         if CI:
             pytest.fail("tracekit/ingest/_events.c was not built: CI must build the decoder (setup.py)")
-        pytest.skip("the compiled events decoder is not built")
+        pytest.skip("the compiled events decoder is not built (pip install -e . with a C compiler builds it)")
 
 
 def _rows(con, path) -> list[tuple]:
@@ -262,7 +262,29 @@ def _tables(store: Path) -> dict[str, list[tuple]]:
 
 
 def _same_store(trace_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    # every run of the fast ingest (jobs=1: in this process) must be written from the decoder's columns, none by
+    # the general path: a decoder that declined them all would leave both stores the general path's, equal and
+    # proving nothing. (The reader may offer the decoder a longer segment first and a shorter one after: a
+    # decline of the decoder is not a run on the general path, a run written by _write_events is.)
+    written = {"decoded": 0, "general": []}
+
+    def decoded(con, run, target):
+        written["decoded"] += 1
+        return write_decoded(con, run, target)
+
+    def general(con, params, text, target):
+        written["general"].append(params["first_id"])
+        return write_events(con, params, text, target)
+
+    write_decoded, write_events = kineto._write_decoded, kineto._write_events
+    monkeypatch.setattr(kineto, "_write_decoded", decoded)
+    monkeypatch.setattr(kineto, "_write_events", general)
     ingest(str(trace_dir), str(tmp_path / "fast"), jobs=1, force=True, progress=False)
+    monkeypatch.setattr(kineto, "_write_decoded", write_decoded)
+    monkeypatch.setattr(kineto, "_write_events", write_events)
+    assert written["decoded"] and not written["general"], (
+        f"{trace_dir.name}: {len(written['general'])} of {written['decoded'] + len(written['general'])} runs went to "
+        f"the general path, the compiled decoder declining them (first events: {written['general'][:5]})")
     monkeypatch.setenv("TRACEKIT_DECODER", "duckdb")
     ingest(str(trace_dir), str(tmp_path / "general"), jobs=1, force=True, progress=False)
     fast, general = _tables(tmp_path / "fast"), _tables(tmp_path / "general")

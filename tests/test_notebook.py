@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import has_shared_trace
+
 pytestmark = pytest.mark.slow  # runs the quickstart notebook in a Jupyter kernel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +33,7 @@ def test_quickstart_notebook_runs():
     mfu = [o for o in outputs if "text/html" in o.get("data", {}) and "mfu_pct" in o["data"]["text/html"]]
     assert mfu, "MFU table missing"
     roofline = figures[2]["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
-    if (REPO.parent / "shared" / "traces" / "astra-sim" / "megatron_tp8").is_dir():  # the GPU trace: MFU and a roofline
+    if has_shared_trace("astra-sim/megatron_tp8"):  # the GPU trace: MFU and a roofline
         assert "A100-SXM4-80GB" in mfu[0]["data"]["text/html"] and roofline.startswith("Roofline")
     else:  # the CPU sample only: the roofline panel says why it is empty
         assert "no data" in str(figures[2]["data"]["application/vnd.plotly.v1+json"]["layout"]["annotations"])

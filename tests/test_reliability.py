@@ -17,7 +17,7 @@ import tracekit
 from tracekit.cli import cli
 from tracekit.errors import TracekitError
 
-from .conftest import REPO, SHARED_TRACES, tiny_events, write_trace
+from .conftest import REPO, SHARED_TRACES, has_shared_trace, tiny_events, write_trace
 
 SAMPLE = REPO / "sample_traces" / "ddp2_2hosts_100mbit"
 
@@ -34,8 +34,8 @@ def test_truncated_real_trace_keeps_99pct_of_complete_events(tmp_path):
     least 99% of the events that were complete before the cut (counted independently with the stdlib json
     decoder) and reports lost events. bench/truncation.py runs 20 cuts on a 53 MB trace."""
     trunc = _bench("truncation")
-    simple_add = sorted((SHARED_TRACES / "hta" / "critical_path" / "simple_add").glob("*.json.gz"))
-    src = simple_add[0] if simple_add else SAMPLE / "rank0.trace.json.gz"
+    rel = "hta/critical_path/simple_add"
+    src = min((SHARED_TRACES / rel).glob("*.json.gz")) if has_shared_trace(rel) else SAMPLE / "rank0.trace.json.gz"
     text = gzip.decompress(src.read_bytes())
     total = len(trunc.event_end_offsets(text))
     assert total > 1000

@@ -212,6 +212,10 @@ def test_yaml_without_pyyaml_says_what_to_do(tmp_path, monkeypatch):
     ("[failures]\nrollback_fraction = 2\nstrategy = \"live_migration\"\n", "[failures] rollback_fraction", "in [0, 1]"),
     ("[parallelism]\ndp = 0\n", "[parallelism] dp", "must be an integer >= 1"),
     ("[parallelism]\ntp = 2.5\n", "[parallelism] tp", "must be an integer >= 1"),
+    # 10^8 ranks would hold ~15 GB per gradient collective, and grew until the machine's memory was gone
+    ("[parallelism]\ndp = 100000000\n", "[parallelism] dp", "must be at most 1,048,576 (2^20): the replay holds"),
+    ("[memory]\nx = 1\n", "memory", "unknown key; allowed: name, description, seed, steps, network, compute, "
+                                    "optical, failures, parallelism, topology, hardware"),
     ("network = 4\n", "network", "must be a table"),
 ])
 def test_invalid_files_name_file_key_and_allowed(tmp_path, text, where, what):

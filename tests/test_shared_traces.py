@@ -8,7 +8,7 @@ import pytest
 
 import tracekit
 
-from .conftest import SHARED_TRACES
+from .conftest import SHARED_TRACES, shared_trace_dir
 from .roundtrip import load_source_events, normalise_source, store_events
 
 pytestmark = pytest.mark.slow  # ingests and round-trips the large shared traces
@@ -37,16 +37,14 @@ TRACE_DIRS = {
 
 
 def test_every_shared_trace_dir_is_listed():
-    if not SHARED_TRACES.exists():
-        pytest.skip("../shared/traces not present")
+    shared_trace_dir()
     dirs = {str(p.parent.relative_to(SHARED_TRACES)) for p in SHARED_TRACES.rglob("*.json.gz") if "chakra_et" not in p.parts}
     assert dirs == set(TRACE_DIRS)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    if not SHARED_TRACES.exists():
-        pytest.skip("../shared/traces not present")
+    shared_trace_dir()
     base = tmp_path_factory.mktemp("stores")
     out = {}
     for rel, rank_from in TRACE_DIRS.items():

@@ -162,6 +162,7 @@ def test_cli_whatif_simplest_file_as_written(tmp_path):
     ("[network]\nbandwith_scale = 4.0\n", "[network] bandwith_scale"),
     ("[network]\nbandwidth_scale = -1\n", "bandwidth_scale"),
     ("[parallelism]\ntp = 2\n", "[parallelism] tp/pp: the trace has no layer"),
+    ("[parallelism]\ndp = 100000000\n", "[parallelism] dp: must be at most 1,048,576"),  # refused at load
     ("[network\n", "s.toml"),
 ])
 def test_cli_whatif_bad_scenarios_fail_cleanly(tmp_path, text, message):
@@ -172,6 +173,15 @@ def test_cli_whatif_bad_scenarios_fail_cleanly(tmp_path, text, message):
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # ~10 s: 16,384 ranks in each of the gradient collectives
+def test_dp_16384_answers(runs):
+    # far beyond the run, well inside replay/specs.py's MAX_DP: the collectives grow, the step with them
+    run = runs["ddp4_4hosts_100mbit"]
+    table = whatif(run, [scenario_from_dict({"parallelism": {"dp": 16384}}, "dp16384.toml")])
+    row = table[table.scenario == "dp16384"].iloc[0]
+    assert row.predicted_step_ns > 2 * row.measured_step_ns
 
 
 def test_dp_change_takes_the_layout_from_distributed_info_without_run_json(runs, tmp_path):

@@ -36,15 +36,20 @@ FIELDS = {
 }
 
 
-def doctor(run, *, out_dir: str | None = None) -> list[dict]:
+def doctor(run, *, out_dir: str | None = None, device: str | None = None) -> list[dict]:
     """The findings on a run (a tracekit Run), most predicted saving first, then the unpredicted ones by
-    their share of the step. With out_dir, each finding's scenario is written there as <name>.toml."""
+    their share of the step. With out_dir, each finding's scenario is written there as <name>.toml.
+    device: the catalog device the run's GPUs are, for a trace that does not name them (low_mfu's roofline)."""
     from replay.scenario import scenario_from_dict
     from replay.whatif import whatif
 
     from .findings import _per_rank_step, pipeline_stages
 
-    ctx = {"per_rank": _per_rank_step(run), "stages": pipeline_stages(run)}
+    if device is not None:  # a name not in the catalog: the error before any work
+        from analyses.devices import catalog, given_device
+
+        given_device(device, catalog())
+    ctx = {"per_rank": _per_rank_step(run), "stages": pipeline_stages(run), "device": device}
     cands: list[Candidate] = []
     for detect in DETECTORS:
         cands += detect(run, ctx)

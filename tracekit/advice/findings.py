@@ -375,8 +375,8 @@ def low_mfu(run, ctx) -> list[Candidate]:
     from analyses.flops import mfu as mfu_of, op_table_with_kernels, roofline  # the analyses layer, below this one
 
     ops, kern = op_table_with_kernels(run)  # once: the roofline, the MFU and the kernels to speed up all read it
-    rf = roofline(run, ops=ops)
-    mfu = mfu_of(run, ops=ops)
+    rf = roofline(run, device=ctx.get("device"), ops=ops)
+    mfu = mfu_of(run, device=ctx.get("device"), ops=ops)
     rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
     _, per = ctx["per_rank"]
     best = None

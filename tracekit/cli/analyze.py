@@ -29,13 +29,16 @@ from ._common import emit, emit_result, fail_cleanly, format_option, store_optio
               help="critical_path: also write the path as a Chrome trace JSON to this file.")
 @click.option("--catalog", type=click.Path(exists=True, dir_okay=False), default=None,
               help="mfu, roofline: a device catalog TOML that adds or overrides devices (analyses/device_catalog.toml's form).")
+@click.option("--device", default=None, metavar="NAME",
+              help="mfu, roofline: the GPU every rank ran on, a device catalog name (e.g. H100-SXM), for a trace "
+                   "without deviceProperties; it overrides what the trace names.")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Any other parameter of the analysis (see its function's docstring), e.g. -p kernel_wait_threshold_ns=50000.")
 @store_option()
 @format_option()
 @fail_cleanly
 def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top_k, rules, against, against_store,
-                overlay, catalog, params, store, fmt):
+                overlay, catalog, device, params, store, fmt):
     """Run analysis NAME over TRACE_DIR (ingesting new or changed traces first).
 
     \b
@@ -47,6 +50,7 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
       tracekit analyze idle_time_breakdown runs/job42/ -p kernel_wait_threshold_ns=50000
       tracekit analyze trace_diff runs/base/ --against runs/new/
       tracekit analyze mfu runs/job42/ --by-step --catalog our_gpus.toml
+      tracekit analyze roofline runs/job42/ --device H100-SXM
     """
     from analyses.registry import REGISTRY, check_params, run_analysis
 
@@ -58,7 +62,7 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
     if not name or not trace_dir:
         raise TracekitError("NAME and TRACE_DIR are required (or --list)")
     given = {"rank": rank, "step": step, "by_step": by_step, "drop_last_step": drop_last_step, "top_k": top_k,
-             "rules": rules, "overlay_path": overlay, "catalog": catalog}
+             "rules": rules, "overlay_path": overlay, "catalog": catalog, "device": device}
     kwargs = {k: v for k, v in given.items() if v is not None}
     raw = {}
     for item in params:

@@ -14,9 +14,12 @@ from ._common import fail_cleanly, store_option
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Write each finding's scenario there as <name>.toml (tracekit whatif TRACE_DIR DIR/<name>.toml "
                    "reproduces its prediction).")
+@click.option("--device", default=None, metavar="NAME",
+              help="The GPU every rank ran on, a device catalog name (e.g. H100-SXM), for a trace without "
+                   "deviceProperties: low MFU needs the device's roofline.")
 @store_option()
 @fail_cleanly
-def doctor_cmd(trace_dir, fmt, out, store):
+def doctor_cmd(trace_dir, fmt, out, device, store):
     """Rank what slows the run in TRACE_DIR: stragglers, exposed communication, host-bound launches,
     data loading, syncs, small kernels, low MFU, pipeline imbalance, memory headroom; each with the evidence
     from the analyses, the fix and the step time the replay predicts under it.
@@ -25,6 +28,7 @@ def doctor_cmd(trace_dir, fmt, out, store):
     Example:
       tracekit doctor runs/job42/
       tracekit doctor runs/job42/ --format json --out fixes/
+      tracekit doctor runs/job42/ --device H100-SXM
       tracekit whatif runs/job42/ fixes/straggler_rank1.toml
     """
     import tracekit
@@ -32,7 +36,7 @@ def doctor_cmd(trace_dir, fmt, out, store):
     from tracekit.advice.render import markdown, table
 
     with tracekit.open(trace_dir, store=store) as run:
-        findings = doctor(run, out_dir=out)
+        findings = doctor(run, out_dir=out, device=device)
     if fmt == "json":
         click.echo(to_json(findings))
     else:

@@ -14,9 +14,12 @@ from ._common import fail_cleanly, store_option
 @click.option("--scenario", "scenarios", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="What-if scenario (TOML/YAML; repeat for several): adds a predicted-vs-measured panel "
                    "with the baseline replay and each scenario.")
+@click.option("--device", default=None, metavar="NAME",
+              help="The GPU every rank ran on, a device catalog name (e.g. H100-SXM), for a trace without "
+                   "deviceProperties: MFU, the roofline and low-MFU findings need the device's peaks.")
 @store_option()
 @fail_cleanly
-def report_cmd(trace_dir, output, title, scenarios, store):
+def report_cmd(trace_dir, output, title, scenarios, device, store):
     """Write an HTML report of TRACE_DIR: step time, temporal breakdown, overlap,
     top kernels, collective skew, busbw vs size, stragglers, memory (needs the
     `report` extra: pip install 'tracekit[report]').
@@ -32,9 +35,13 @@ def report_cmd(trace_dir, output, title, scenarios, store):
     from ..report.html import write_report
     from replay.scenario import load_scenario
 
-    # Checked before ingesting: neither needs the trace, and both are the user's to fix.
+    # Checked before ingesting: none needs the trace, and each is the user's to fix.
     loaded = [load_scenario(s) for s in scenarios]
+    if device is not None:
+        from analyses.devices import catalog, given_device
+
+        given_device(device, catalog())
     require_plotly()
     with tracekit.open(trace_dir, store=store) as run:
-        path = write_report(run, output, title=title, scenarios=loaded)
+        path = write_report(run, output, title=title, scenarios=loaded, device=device)
     click.echo(f"wrote {path}")

@@ -29,12 +29,12 @@ def collective_arrivals(run):
 ROOFLINE_POINT_COLUMNS = "the roofline analysis's columns, and peak_tflops / memory_gbps: the device's roof"
 
 
-def roofline_points(run):
+def roofline_points(run, device: str | None = None):
     """The roofline analysis per (rank, op kind) with the roof of its device: peak_tflops for its dtype
-    and memory_gbps from the device catalog (NULL where the device is unknown)."""
+    and memory_gbps from the device catalog (NULL where the device is unknown). device: as the analysis's."""
     from analyses.devices import catalog
 
-    df = run.analyze("roofline")
+    df = run.analyze("roofline", device=device)
     devs = {d.name: d for d in catalog()}
     dev = [devs.get(n) if isinstance(n, str) else None for n in df.get("device", [])]
     df = df.assign(peak_tflops=[d.peak(t) if d else None for d, t in zip(dev, df.get("dtype", []))],

@@ -32,19 +32,39 @@ table.findings td, table.findings th { border-bottom: 1px solid #eee; padding: .
 """
 
 
-def build_figures(run) -> list[tuple[str, object, str]]:
+class ReportIncomplete(TracekitError):
+    """The report was written, but sections of it failed (each names its error on the page)."""
+
+    def __init__(self, path: str, failed: list[tuple[str, str]]):
+        self.path, self.failed = path, failed
+        super().__init__(f"{path}: written, but {len(failed)} section(s) failed: "
+                         + "; ".join(f"{name}: {why}" for name, why in failed))
+
+
+def build_figures(run, failed: list | None = None, device: str | None = None) -> list[tuple[str, object, str]]:
     """(panel name, figure, data source) for every panel; a panel whose data cannot be computed
-    becomes a no-data figure that names the reason instead of failing the whole report."""
+    becomes a no-data figure that names the reason instead of stopping the whole report, and is
+    added to `failed` as (panel, reason). device: the catalog device of a trace that does not name its GPU,
+    for the panels whose data takes one (the roofline)."""
+    import inspect
+
     from . import plots
 
     out = []
     for name, (data_fn, source) in PANEL_DATA.items():
+        takes_device = device is not None and "device" in inspect.signature(data_fn).parameters
         try:
-            fig = plots.PLOTS[name](data_fn(run))
+            fig = plots.PLOTS[name](data_fn(run, device=device) if takes_device else data_fn(run))
         except TracekitError as e:
             fig = plots.no_data_figure(name.replace("_", " "), str(e))
+            _failed(failed, name, e)
         out.append((name, fig, source))
     return out
+
+
+def _failed(failed: list | None, section: str, e: Exception) -> None:
+    if failed is not None:
+        failed.append((section, str(e)))
 
 
 def whatif_figure(run, scenarios) -> tuple[str, object, str]:
@@ -59,12 +79,14 @@ def whatif_figure(run, scenarios) -> tuple[str, object, str]:
     return "predicted_vs_measured", plots.predicted_vs_measured(df), WHATIF_SOURCE
 
 
-def mfu_html(run) -> str:
-    """The MFU headline: model FLOPs utilization per rank (analysis mfu), its spread, device and dtype."""
+def mfu_html(run, failed: list | None = None, device: str | None = None) -> str:
+    """The MFU headline: model FLOPs utilization per rank (analysis mfu), its spread, device and dtype.
+    An error is said in the headline and added to `failed` (as build_figures); device: as mfu's."""
     esc = html.escape
     try:
-        df = run.analyze("mfu")
+        df = run.analyze("mfu", device=device)
     except TracekitError as e:
+        _failed(failed, "mfu", e)
         return f'<p id="mfu" class="headline">MFU: not known ({esc(str(e))})</p>'
     if df.empty:
         return '<p id="mfu" class="headline">MFU: not known (no steps or spans to divide FLOPs by)</p>'
@@ -74,7 +96,8 @@ def mfu_html(run) -> str:
     flops = f"{f / 1e12:,.3g} TFLOP per step" if f >= 1e12 else f"{f / 1e9:,.3g} GFLOP per step"
     known = df[df.mfu_pct.notna()]
     if known.empty:
-        why = (df.attrs.get("note") or "no device peak").split(";")[0]
+        note = df.attrs.get("note") or "no device peak"
+        why = note.split(";")[0] + ("; name the GPU with --device NAME" if "--device NAME" in note else "")
         return (f'<p id="mfu" class="headline"><b>MFU: not known</b> ({esc(why)}); {esc(flops)}, '
                 f'{esc(achieved)} TFLOP/s achieved</p>')
     lo, hi = known.mfu_pct.min(), known.mfu_pct.max()
@@ -87,15 +110,17 @@ def mfu_html(run) -> str:
             'step time / the device catalog\'s dense peak</p>')
 
 
-def findings_html(run) -> str:
-    """The Findings section: doctor's findings (tracekit/advice), most predicted saving first."""
+def findings_html(run, failed: list | None = None, device: str | None = None) -> str:
+    """The Findings section: doctor's findings (tracekit/advice), most predicted saving first. An error is
+    said in the section and added to `failed` (as build_figures); device: as doctor's."""
     from ..advice import doctor
 
     esc = html.escape
     try:
-        found = doctor(run)
+        found = doctor(run, device=device)
     except TracekitError as e:
-        return f'<section id="findings"><h2>Findings</h2><p>no findings: {esc(str(e))}</p></section>'
+        _failed(failed, "findings", e)
+        return f'<section id="findings"><h2>Findings</h2><p>failed: {esc(str(e))}</p></section>'
     rows = []
     for f in found:
         saving = "not predicted" if f["saving_pct"] is None else f"{f['saving_ns'] / 1e6:.1f} ms ({f['saving_pct']:.1f}%)"
@@ -110,14 +135,17 @@ def findings_html(run) -> str:
             f'evidence, the replay\'s predicted saving</p>{body}</section>')
 
 
-def render_html(run, *, title: str | None = None, scenarios=()) -> str:
-    """The whole report page as a string (with a predicted-vs-measured panel when scenarios are given)."""
+def render_html(run, *, title: str | None = None, scenarios=(), failed: list | None = None,
+                device: str | None = None) -> str:
+    """The whole report page as a string (with a predicted-vs-measured panel when scenarios are given).
+    failed: a list that gets (section, error) for every section that could not be computed. device: the
+    catalog device of a trace that does not name its GPU (MFU, roofline, findings)."""
     require_plotly()
     import plotly.io as pio
 
     from .plots import is_no_data
 
-    figures = build_figures(run)
+    figures = build_figures(run, failed, device)
     if scenarios:
         figures.append(whatif_figure(run, scenarios))
     title = title or f"tracekit report: {os.path.basename(os.path.normpath(run.trace_dir or run.store.path))}"
@@ -132,8 +160,8 @@ def render_html(run, *, title: str | None = None, scenarios=()) -> str:
     parts.append("</table><nav>")
     parts += [f'<a href="#panel-{esc(n)}">{esc(n.replace("_", " "))}</a>' for n, _, _ in figures]
     parts.append("</nav>")
-    parts.append(mfu_html(run))
-    parts.append(findings_html(run))
+    parts.append(mfu_html(run, failed, device))
+    parts.append(findings_html(run, failed, device))
     for i, (name, fig, source) in enumerate(figures):
         # The first figure carries the whole plotly.js bundle inline; the rest reuse it.
         div = pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), include_mathjax=False,
@@ -145,13 +173,15 @@ def render_html(run, *, title: str | None = None, scenarios=()) -> str:
     return "\n".join(parts)
 
 
-def write_report(run, out_path, *, title: str | None = None, scenarios=()) -> str:
+def write_report(run, out_path, *, title: str | None = None, scenarios=(), device: str | None = None) -> str:
     """Write the report for run to out_path; returns the path written. scenarios (files or
-    replay.scenario.Scenario objects) add the predicted-vs-measured panel."""
+    replay.scenario.Scenario objects) add the predicted-vs-measured panel; device: as render_html's. When a section failed, the page
+    is written (saying so in that section) and ReportIncomplete names the sections and their errors."""
     from replay.scenario import Scenario, load_scenario
 
     scenarios = [s if isinstance(s, Scenario) else load_scenario(s) for s in scenarios]
-    page = render_html(run, title=title, scenarios=scenarios)
+    failed: list[tuple[str, str]] = []
+    page = render_html(run, title=title, scenarios=scenarios, failed=failed, device=device)
     out_path = os.fspath(out_path)
     parent = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(parent):
@@ -163,4 +193,6 @@ def write_report(run, out_path, *, title: str | None = None, scenarios=()) -> st
         os.replace(tmp, out_path)
     except OSError as e:
         raise TracekitError(f"-o {out_path}: cannot write: {e.strerror}") from None
+    if failed:
+        raise ReportIncomplete(out_path, failed)
     return out_path

@@ -86,6 +86,26 @@ class Store:
     def files(self, table: str) -> list[str]:
         return [os.path.join(self.path, p) for p in self.manifest.files(table)]
 
+    def missing_files(self) -> list[str]:
+        """The table files the manifest names that are not there (a store moved, copied in part or replaced
+        underneath)."""
+        return [f for table in TABLES for f in self.files(table) if not os.path.exists(f)]
+
+    def reopened(self, failure: str) -> "Store":
+        """After a query failed on a file of this store (`failure`, DuckDB's message): the store now
+        committed at this path, when it was replaced underneath (its views are then rebuilt for it);
+        StoreError, naming the store and what to do, when it was moved or removed, or lost files."""
+        if not os.path.isfile(os.path.join(self.path, _manifest.MANIFEST)):
+            raise StoreError(f"{self.path}: the store was moved or removed while in use ({failure}); open it "
+                             "where it is now, or run the command again to ingest the traces anew")
+        now = Store(self.path)
+        if now.manifest.to_json() != self.manifest.to_json():
+            return now  # replaced underneath (another ingest committed): the views of the new contents
+        missing = now.missing_files()
+        if missing:
+            raise _incomplete(self.path, missing)
+        raise StoreError(f"{self.path}: {failure}")
+
     def cache_file(self, name: str, key: str, ext: str = ".parquet") -> str:
         """Where derived data of this store's contents lives between connections: CACHE_DIR/<name>-<digest><ext>,
         the digest of the schema, every source's checksum and table files (which a re-ingest of a changed or
@@ -138,6 +158,12 @@ class Store:
         except duckdb.Error:
             pass
         files = {table: self.files(table) for table in TABLES}
+        # views over files that are not there are never served. Each table's first file is checked here (a
+        # store moved away or replaced has none of its files; 10 stats, where all of them would cost ~16 ms at
+        # 1,024 ranks); a query that meets any other missing one reopens the store (Run._execute)
+        if any(fs and not os.path.exists(fs[0]) for fs in files.values()):
+            con.close()
+            raise _incomplete(self.path, self.missing_files())
         if not self._attach_views(con, files):
             _create_views(con, files)
         if not allow_external_access:
@@ -181,6 +207,12 @@ class Store:
 
 
 _VIEWS_CATALOG = "tracekit_views"
+
+
+def _incomplete(path: str, missing: list[str]) -> StoreError:
+    return StoreError(f"{path}: {len(missing)} file(s) its manifest names are missing (e.g. "
+                      f"{os.path.relpath(missing[0], path)}): the store was moved, copied in part or changed "
+                      "underneath; run `tracekit ingest --force` on the trace directory to rebuild it")
 
 
 def _create_views(con, files: dict[str, list[str]]) -> None:
