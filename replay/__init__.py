@@ -9,7 +9,7 @@ what-if models (network, optical, compute, failures, scenario files) and the re-
 from __future__ import annotations
 
 
-def run(store, scenario=None, *, ranks=None, compiled: bool = True, fold="auto", fold_tolerance: float = 0.05):
+def run(store, scenario=None, *, ranks=None, compiled: bool | None = None, fold="auto", fold_tolerance: float = 0.05):
     """Replay a trace directory, store directory or tracekit Run, optionally under a scenario (a
     Scenario or a scenario file). fold: fold ranks identical up to fold_tolerance (True, False, or
     "auto": above 64 ranks). Returns a `replay.replayer.ReplayResult`."""

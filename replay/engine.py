@@ -212,8 +212,19 @@ _interpreted = types.FunctionType(_simulate.__code__, {
 _compiled = None
 
 
-def _core(compiled: bool):
+# a plain replay (no flows, no pools) of fewer nodes than this runs interpreted while the compiled loop is not loaded
+# in this process: ~0.2 s at the interpreted loop's few hundred thousand nodes a second, where compiling the loop
+# takes a fresh install 3-4 s and loading it from the cache 0.4 s (a newcomer's first `tracekit replay` of a
+# sample: 3,606 nodes in 15 ms). Both loops give the same schedule to the ns.
+INTERPRETED_MAX_NODES = 50_000
+
+
+def _core(compiled: bool | None, n_nodes: int = 0, plain: bool = False):
+    """The loop to run: compiled (True), interpreted (False), or (None) compiled unless a plain replay of a small
+    graph (INTERPRETED_MAX_NODES) would pay more to load or compile it than to run interpreted."""
     global _compiled
+    if compiled is None:
+        compiled = _compiled is not None or not plain or n_nodes >= INTERPRETED_MAX_NODES
     if not compiled or _njit is None:
         return _interpreted
     if _compiled is None:
@@ -238,7 +249,7 @@ class Engine:
     """
 
     def __init__(self, n_nodes: int, src, dst, from_end, lag_ns, *, source: int = 0, t0_ns: int = 0,
-                 compiled: bool = True):
+                 compiled: bool | None = None):
         self.n = int(n_nodes)
         src = np.asarray(src, np.int64)
         # CSR by source; graphs from analyses.depgraph come sorted already (a check is cheaper than a sort)
@@ -276,7 +287,10 @@ class Engine:
             raise ValueError("negative lags would let time run backwards")
         fl = (Flows.none() if flows is None else flows).arrays(self.n)
         deps = Deps(self._ptr, self._dst, lag, self._from_end, self._indeg, np.int64(self.source), np.int64(self.t0))
-        start, end = _core(self.compiled)(deps, dur, np.int64(until), fl, _pools.engine_pools(self.n, pools))
+        plain = flows is None or not len(flows)
+        plain = plain and pools is None
+        start, end = _core(self.compiled, self.n, plain)(deps, dur, np.int64(until), fl,
+                                                        _pools.engine_pools(self.n, pools))
         reached = int((start >= 0).sum())
         if until < 0 and reached != self.n:
             raise ValueError(f"{self.n - reached} node(s) never became ready: the graph has a cycle")

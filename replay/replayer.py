@@ -184,7 +184,7 @@ def _open(store_or_run):
 FOLD_AUTO_RANKS = 64  # fold="auto" folds runs with more ranks than this
 
 
-def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool = True, graph=None, fold="auto",
+def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool | None = None, graph=None, fold="auto",
            fold_tolerance: float = 0.05) -> ReplayResult:
     """Replay a run (a trace directory, a store directory or a tracekit Run), optionally under a what-if
     scenario (a Scenario or a scenario file path). fold: True / False / "auto" (more than 64 ranks):

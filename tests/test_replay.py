@@ -69,6 +69,20 @@ def test_compiled_and_interpreted_cores_agree_bit_for_bit(ddp3):
     assert np.array_equal(a.start_ns, b.start_ns) and np.array_equal(a.end_ns, b.end_ns)
 
 
+def test_a_small_plain_replay_runs_interpreted_until_the_compiled_loop_is_loaded(monkeypatch):
+    from replay import engine
+
+    monkeypatch.setattr(engine, "_compiled", None)  # a fresh process: the compiled loop not loaded yet
+    assert engine._core(None, 3_606, plain=True) is engine._interpreted  # a sample's baseline replay
+    assert engine._core(False, 10**7, plain=False) is engine._interpreted
+    if engine._njit is None:
+        return
+    big = engine._core(None, engine.INTERPRETED_MAX_NODES, plain=True)
+    assert big is not engine._interpreted  # large graphs, flows and pools compile (linkfit runs thousands)
+    assert engine._core(None, 10, plain=False) is big
+    assert engine._core(None, 10, plain=True) is big  # once loaded, it runs everything
+
+
 
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="the private cache folder is named by the user id")
 def test_engine_caches_where_numba_finds_no_writable_folder(tmp_path, monkeypatch):
