@@ -1,5 +1,5 @@
-"""The GPU check of issue #12: tracekit's MFU of a recorded bf16 transformer training step against
-FlopCounterMode's FLOPs / the measured step time / the catalog's peak for the GPU it ran on.
+"""A GPU check of tracekit's FLOPs and MFU, against an oracle it does not share code with: its MFU of a
+recorded bf16 transformer training step against FlopCounterMode's FLOPs / the measured step time / the catalog's peak for the GPU it ran on.
 
     python bench/gpu_mfu_check.py [--out DIR] [--device cuda]     # on a machine with a GPU, ~1 min
 
