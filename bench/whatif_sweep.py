@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from replay.model_steps import DEFAULT_MTU_BYTES, ETH_HEADER_BYTES  # noqa: E402
 from _common import pct  # noqa: E402
 from whatif_links import _traces_only  # noqa: E402
 
@@ -62,7 +63,9 @@ def _runs(fam: Path) -> dict[str, dict]:
             tb = json.loads((p / "run.json").read_text()).get("testbed", {})
             out[p.name] = {"path": p, "job": m["job"], "hosts": int(m["hosts"]), "rate": int(m["rate"]),
                            "slow": float(m["slow"]) if m["slow"] else None, "frames": tb.get("frames", "jumbo"),
-                           "mtu": tb.get("mtu", 9000), "burst": (tb.get("links") or [{}])[0].get("burst_bytes"),
+                           "mtu": tb.get("mtu", 9000),  # the testbed's frames before run.json said: jumbo
+                           "bound_mtu": tb.get("mtu") or DEFAULT_MTU_BYTES,  # the frame the model's bound takes
+                           "burst": (tb.get("links") or [{}])[0].get("burst_bytes"),
                            "rtt_us": tb.get("rtt_us")}  # recorded by the testbed since it measures it
     return out
 
@@ -166,7 +169,7 @@ def validate(fam: str, runs: dict[str, dict], tmp: str, rtt_us: float = 0.0) -> 
         if fit is None or "inter_node" not in fit.rel_rms:
             continue
         cap_mbit = fit.params.capacity["inter_node"] * 8e3
-        frame_us = (r["mtu"] + 14) * 8 / r["rate"]  # bits / (Mbit/s) = us
+        frame_us = (r["bound_mtu"] + ETH_HEADER_BYTES) * 8 / r["rate"]  # bits / (Mbit/s) = us
         fits.append({"family": fam, "run": name, "rate_mbit": r["rate"], "fitted_mbit": cap_mbit,
                      "capacity_pct": 100.0 * (cap_mbit - r["rate"]) / r["rate"],
                      "latency_us": fit.params.latency_ns["inter_node"] / 1e3, "frame_us": frame_us, "rtt_us": rtt,
