@@ -28,12 +28,13 @@ The loop takes its inputs as named tuples of arrays (`Deps`, sharing.FlowArrays,
 leaves the flows' and the pools' bookkeeping to the helpers of replay/sharing.py and replay/pools.py. It is
 plain Python that numba compiles when it is installed (the same source either way, helpers included); the
 compiled core replays millions of nodes per second, the interpreted one a few hundred thousand. The machine
-code is cached on disk (see _jit), so only a fresh install's first replay compiles. numba checks only this
-file's time stamp for the loop's cache: after editing sharing.py or pools.py alone, touch this file (an install
-rewrites them all).
+code is cached on disk (see _jit), so only a fresh install's first replay compiles; numba checks only this
+file's time stamp for the loop's cache, and a digest of sharing.py's and pools.py's sources beside it
+(_drop_stale) makes the loop compile again where only a helper changed.
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 import os
 import tempfile
@@ -86,7 +87,38 @@ def _jit(f):
     cached = _cached(f)
     if cached is None and _private_cache_dir() is not None:
         cached = _cached(f)
-    return cached if cached is not None else _njit(nogil=True)(f)
+    if cached is None:
+        return _njit(nogil=True)(f)
+    _drop_stale(cached, (_sharing.__file__, _pools.__file__))
+    return cached
+
+
+def _drop_stale(dispatcher, helpers) -> None:
+    """numba keys a cached function on its own file's time stamp alone, while the loop inlines the helpers of
+    sharing.py and pools.py: beside the cache, a digest of the helpers' sources says which ones it was compiled
+    with, and where they changed the cache's index is emptied before the first call, so that the loop compiles
+    again (a checkout where only a helper was edited would otherwise run the old machine code)."""
+    try:
+        cache = dispatcher._cache
+        sidecar = os.path.join(cache._cache_path, f"{dispatcher.py_func.__name__}.helpers.sha256")
+    except AttributeError:  # a numba whose cache has another shape: its own stamp check only
+        return
+    digest = hashlib.sha256()
+    for path in helpers:
+        with open(path, "rb") as fh:
+            digest.update(fh.read())
+    try:
+        with open(sidecar) as fh:
+            if fh.read() == digest.hexdigest():
+                return
+    except OSError:
+        pass
+    cache.flush()
+    try:
+        with open(sidecar, "w") as fh:
+            fh.write(digest.hexdigest())
+    except OSError:
+        pass
 
 
 def _cached(f):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -278,3 +280,31 @@ def test_cli_replay_out_writes_a_store_and_a_chrome_trace(tmp_path):
     r = CliRunner().invoke(cli, ["gate", str(REPO / "sample_traces" / "ddp3_slow_rank1"), str(out), "--baseline-store",
                                  str(tmp_path / "st")])
     assert r.exit_code in (0, 1) and "gate:" in r.output
+
+
+@pytest.mark.slow  # four processes that import numba
+def test_a_cached_loop_compiles_again_where_only_an_inlined_helper_changed(tmp_path):
+    # numba keys a cache on its function's own file; engine._drop_stale adds the helpers' digest
+    helper = tmp_path / "helper.py"
+    helper.write_text("ONE = 1\n")
+    (tmp_path / "loop.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "import numba\n"
+        "from replay.engine import _drop_stale\n"
+        "def f(x):\n"
+        "    return x + 1\n"
+        "d = numba.njit(cache=True)(f)\n"
+        f"_drop_stale(d, [{str(helper)!r}])\n"
+        "d(1)\n"
+        "print(sum(d.stats.cache_hits.values()))\n")
+
+    def hits():
+        out = subprocess.run([sys.executable, str(tmp_path / "loop.py")], capture_output=True, text=True, check=True)
+        return int(out.stdout.split()[-1])
+
+    assert hits() == 0  # compiled and cached
+    assert hits() == 1  # loaded from the cache
+    helper.write_text("ONE = 2\n")
+    assert hits() == 0  # the helper changed, the loop's file did not: compiled again
+    assert hits() == 1
