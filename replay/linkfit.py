@@ -66,11 +66,13 @@ def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams, factor: np.
 
 
 def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.ndarray | None = None,
-        latency_bound_ns: dict[str, float] | None = None) -> Fit:
+        latency_bound_ns: dict[str, float] | None = None, frame_bytes: float = 0.0) -> Fit:
     """Capacity and latency per link class, and each transfer's factor and tail (the module docstring). ops: each
     flow's op (the factors' groups are link class and op). latency_bound_ns: per link class, the most latency the
     link itself can have (its round trip and one frame's serialization); a fitted latency above it is the link's
-    bound and, for the rest, software time per step (LinkParams.overhead_ns): the transfers' times stay the same."""
+    bound and, for the rest, software time per step (LinkParams.overhead_ns): the transfers' times stay the same.
+    frame_bytes: the links' frame (MTU); a lone transfer of at most that many bytes per link is not bandwidth beyond
+    its serialization (_factors)."""
     starts = np.asarray(starts_ns, np.int64)
     measured = np.asarray(measured_ns, np.int64)
     timed = measured > 0
@@ -131,7 +133,8 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
     rel = (model - measured) / np.maximum(measured, 1)
     rms = {c: float(np.sqrt(np.mean(rel[(lf.link_class == c) & timed] ** 2))) for c in present}
     kinds = lf.link_class.astype(str) + "/" + (np.asarray(ops, dtype=object).astype(str) if ops is not None else "")
-    factor, tail, share = _factors(lf, starts, measured, params, np.unique(kinds, return_inverse=True)[1], alone)
+    factor, tail, share = _factors(lf, starts, measured, params, np.unique(kinds, return_inverse=True)[1], alone,
+                                   frame_bytes)
     return Fit(params=params, rel_rms=rms, flows={c: int(((lf.link_class == c) & timed).sum()) for c in present},
                source=source, factor=factor, tail_ns=tail, latency_share=share, notes=notes)
 
@@ -165,7 +168,7 @@ def _capacity_given(lf: LinkFlows, sel: np.ndarray, measured: np.ndarray, latenc
 
 
 def _factors(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, prm: LinkParams, groups: np.ndarray,
-             alone: np.ndarray):
+             alone: np.ndarray, frame_bytes: float = 0.0):
     """Per flow: the factor on its bytes, its tail (ns >= 0) and its latency share. The factor first: the bytes each
     flow moved at the max-min rates the links give the flows in flight together, over its measured window after
     its latency (the windows are the run's: replayed with those bytes from the measured starts, every flow ends
@@ -174,6 +177,9 @@ def _factors(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, prm: LinkP
     typical one of its kind (a worker thread descheduled, a retransmission) is a delay of its own, kept as its tail,
     not bandwidth a faster link would shrink. A flow that shared a link keeps its factor: how the run split the
     link among its flows (TCP serves the first of gloo's buckets faster than max-min would) moves with the link.
+    A lone flow of at most one frame (frame_bytes) keeps no factor above 1: a message that small is not paced by the
+    link beyond its own serialization, so the rest of its time (gloo's 512-byte all-reduces of a tensor-parallel
+    optimizer step took 25x their bytes' time, a thread waking on the next scheduler tick) is its tail.
     Fewer bytes on a flow never slow another, so every flow then ends no later than measured. A transfer shorter
     than its latency keeps the share of it that fits (latency share < 1) and moves nothing."""
     lat = lf.lat_steps * np.array([prm.step_ns(c) for c in lf.link_class], np.float64)
@@ -186,6 +192,8 @@ def _factors(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, prm: LinkP
         sel = (groups == gid) & (k > 0) & alone
         if sel.any():
             k[sel] = np.minimum(k[sel], np.median(k[sel]))
+    one_frame = alone & (lf.bytes <= frame_bytes)
+    k[one_frame] = np.minimum(k[one_frame], 1.0)
     # float rounding can leave a flow a few ns past its measured end: shortened by a hair, no tail is negative
     for _ in range(8):
         t = transfers(lf, starts, prm, k, share)

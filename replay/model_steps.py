@@ -186,7 +186,7 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     else:
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
                              g.colls.op.astype(object).to_numpy()[measured.coll_row],
-                             latency_bound_ns=_latency_bound(run, net, nominal_gbps))
+                             latency_bound_ns=_latency_bound(run, net, nominal_gbps), frame_bytes=_mtu_bytes(run))
     over = net.packet_links
     prm = fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
@@ -297,12 +297,16 @@ def _latency_bound(run, net, nominal_gbps: float | None) -> dict[str, float] | N
     """The most latency per step the hosts' links can have (ns, inter_node): their round trip ([network] rtt_us, else
     run.json's testbed rtt_us) and one frame's serialization at the NICs' nominal rate (the frame: run.json's
     testbed MTU, else 1500 bytes; with no nominal rate, the round trip alone). None where the round trip is unknown."""
-    bed = _testbed(run)
-    rtt_us = net.rtt_us or bed.get("rtt_us")
+    rtt_us = net.rtt_us or _testbed(run).get("rtt_us")
     if not rtt_us:
         return None
-    frame_ns = (int(bed.get("mtu") or DEFAULT_MTU_BYTES) + ETH_HEADER_BYTES) / nominal_gbps if nominal_gbps else 0.0
+    frame_ns = (_mtu_bytes(run) + ETH_HEADER_BYTES) / nominal_gbps if nominal_gbps else 0.0
     return {links.INTER: float(rtt_us) * 1e3 + frame_ns}
+
+
+def _mtu_bytes(run) -> int:
+    """The hosts' links' MTU: run.json's testbed MTU, else 1500 bytes."""
+    return int(_testbed(run).get("mtu") or DEFAULT_MTU_BYTES)
 
 
 def _testbed(run) -> dict:

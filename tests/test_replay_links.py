@@ -409,3 +409,34 @@ def test_the_round_trip_bounds_the_fitted_latency_of_a_run_and_leaves_bandwidth_
         res = replay.run(measured, scenario_from_dict({"network": {"model": "links", "bandwidth_scale": 2.0}}, "x"))
     assert res.info.links.params.latency_ns["inter_node"] == pytest.approx(1e3 + 1514 / (100 / 8e3))
     assert int(res.summary().predicted_step_ns.max()) == free_ns
+
+
+def test_a_lone_transfer_of_one_frame_keeps_no_factor_above_one_and_the_rest_is_its_tail():
+    # 512-byte all-reduces alone on a 100 Mbit/s link that took 0.3-4.7 ms each (a thread waking on a scheduler
+    # tick), most of the all-reduces, beside 256 KB ones that took their bytes' time: a faster link shortens the
+    # big ones, not the small ones' wait
+    n = 24
+    sizes = np.where(np.arange(n) % 4 == 0, 262144, 512)
+    colls = pd.DataFrame({"op": ["all_reduce"] * n, "bytes": pd.array(sizes, dtype="Int64"), "group_size": [2] * n,
+                          "ranks": [[0, 1]] * n})
+    lf = links.build(colls, {0: 0, 1: 1})
+    prm = links.LinkParams({"intra_node": 10.0, "inter_node": 100 / 8e3}, {"intra_node": 0.0, "inter_node": 0.0})
+    starts = np.arange(n, dtype=np.int64) * 100_000_000
+    small = sizes == 512
+    measured = np.where(small, np.linspace(300_000, 4_700_000, n), np.rint(sizes / prm.capacity["inter_node"]))
+    measured = measured.astype(np.int64)
+    groups, alone = np.zeros(n, np.int64), np.ones(n, bool)
+    k0, tail0, share0 = linkfit._factors(lf, starts, measured, prm, groups, alone)  # no frame: all bandwidth
+    k1, tail1, share1 = linkfit._factors(lf, starts, measured, prm, groups, alone, frame_bytes=1500)
+    assert np.median(k0[small]) > 10 and (tail0[small] < measured[small] / 2).any()
+    assert (k1[small] <= 1.0).all() and (tail1[small] >= measured[small] - 50_000).all()
+    assert np.allclose(k1[~small], k0[~small]) and (tail1[~small] == tail0[~small]).all()
+    # unchanged, every transfer takes what it took either way
+    for k, tail, share in ((k0, tail0, share0), (k1, tail1, share1)):
+        took = linkfit.transfers(lf, starts, prm, k, share) + tail
+        assert np.abs(took - measured).max() <= 2
+    # twice the rate: the big ones halve, the small ones keep their wait
+    fast = prm.scaled(bandwidth=2.0)
+    took = linkfit.transfers(lf, starts, fast, k1, share1) + tail1
+    assert np.allclose(took[~small], measured[~small] / 2, rtol=1e-3)
+    assert (took[small] >= measured[small] - 50_000).all()
