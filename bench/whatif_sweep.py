@@ -37,7 +37,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from replay.model_steps import DEFAULT_MTU_BYTES, ETH_HEADER_BYTES  # noqa: E402
 from _common import pct  # noqa: E402
 from whatif_links import _traces_only  # noqa: E402
 
@@ -64,9 +63,8 @@ def _runs(fam: Path) -> dict[str, dict]:
             out[p.name] = {"path": p, "job": m["job"], "hosts": int(m["hosts"]), "rate": int(m["rate"]),
                            "slow": float(m["slow"]) if m["slow"] else None, "frames": tb.get("frames", "jumbo"),
                            "mtu": tb.get("mtu", 9000),  # the testbed's frames before run.json said: jumbo
-                           "bound_mtu": tb.get("mtu") or DEFAULT_MTU_BYTES,  # the frame the model's bound takes
                            "burst": (tb.get("links") or [{}])[0].get("burst_bytes"),
-                           "rtt_us": tb.get("rtt_us")}  # recorded by the testbed since it measures it
+                           "testbed": tb}
     return out
 
 
@@ -123,7 +121,9 @@ def optics_cases(runs: dict[str, dict]) -> list[tuple]:
 def validate(fam: str, runs: dict[str, dict], tmp: str, rtt_us: float = 0.0) -> tuple[list[dict], list[dict]]:
     import replay
     import tracekit
+    from replay.model_steps import latency_bound
     from replay.scenario import scenario_from_dict
+    from replay.specs import NetworkSpec
 
     opened, measured = {}, {}
 
@@ -162,17 +162,18 @@ def validate(fam: str, runs: dict[str, dict], tmp: str, rtt_us: float = 0.0) -> 
     for name, r in sorted(runs.items()):
         if r["slow"] is not None:
             continue
-        rtt = r["rtt_us"] or rtt_us  # the run's own, else the one measured apart (--rtt-us)
+        rtt = r["testbed"].get("rtt_us") or rtt_us  # the run's own, else the one measured apart (--rtt-us)
         net = {"model": "links", "latency_scale": 1.0, **({"rtt_us": rtt} if rtt else {})}
+        bound = latency_bound(r["testbed"], NetworkSpec(rtt_us=rtt or None), r["rate"] / 8e3)  # the model's own
         res = replay.run(run_of(name), scenario_from_dict({"network": net}, "fit"))
         fit = res.info.links
         if fit is None or "inter_node" not in fit.rel_rms:
             continue
         cap_mbit = fit.params.capacity["inter_node"] * 8e3
-        frame_us = (r["bound_mtu"] + ETH_HEADER_BYTES) * 8 / r["rate"]  # bits / (Mbit/s) = us
         fits.append({"family": fam, "run": name, "rate_mbit": r["rate"], "fitted_mbit": cap_mbit,
                      "capacity_pct": 100.0 * (cap_mbit - r["rate"]) / r["rate"],
-                     "latency_us": fit.params.latency_ns["inter_node"] / 1e3, "frame_us": frame_us, "rtt_us": rtt,
+                     "latency_us": fit.params.latency_ns["inter_node"] / 1e3,
+                     "bound_us": bound["inter_node"] / 1e3 if bound else None,
                      "software_us": fit.params.overhead_ns.get("inter_node", 0.0) / 1e3,
                      "burst_kb": fit.params.burst.get("inter_node", 0.0) / 1e3, "shaped_burst_kb": (r["burst"] or 0) / 1e3,
                      "source": fit.source.get("inter_node", ""), "rms_pct": 100.0 * fit.rel_rms["inter_node"]})
@@ -213,7 +214,7 @@ def family_markdown(fam: str, runs: dict[str, dict], rows: list[dict], fits: lis
                     "software per step (us) | bucket shaped / fitted (KB) | from |",
                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for f in fits:
-            bound = f"{f['rtt_us'] + f['frame_us']:.1f}" if f["rtt_us"] else f"? + {f['frame_us']:.1f}"
+            bound = "unknown" if f["bound_us"] is None else f"{f['bound_us']:.1f}"
             out.append(f"| `{f['run']}` | {f['rate_mbit']} | {f['fitted_mbit']:.1f} | {pct(f['capacity_pct'])} | "
                        f"{f['latency_us']:.1f} | {bound} | {f['software_us']:.1f} | {f['shaped_burst_kb']:.0f} / "
                        f"{f['burst_kb']:.0f} | {f['source']} |")
@@ -237,9 +238,9 @@ def summary_markdown(all_rows: list[dict], all_fits: list[dict], fams: list[str]
     for fam in fams:
         fits = [f for f in all_fits if f["family"] == fam]
         cap = f"{max(abs(f['capacity_pct']) for f in fits):.1f}%" if fits else "-"
-        above = [f for f in fits if f["rtt_us"] and f["latency_us"] > f["rtt_us"] + f["frame_us"] + 1e-6]
+        above = [f for f in fits if f["bound_us"] is not None and f["latency_us"] > f["bound_us"] + 1e-6]
         lat = (", ".join(f"{f['run']} {f['latency_us']:.0f} us" for f in above) if above else
-               "none" if all(f["rtt_us"] for f in fits) else "RTT unknown") if fits else "-"
+               "none" if all(f["bound_us"] is not None for f in fits) else "RTT unknown") if fits else "-"
         out.append(f"| {fam} | {mw(fam, 'pair')} | {mw(fam, 'pair', 'alpha_beta')} | {worst(fam, 'unchanged')} | "
                    f"{worst(fam, 'dp')} | {worst(fam, 'host')} | {worst(fam, 'optics_own')} | "
                    f"{worst(fam, 'optics_n')} | {cap} | {lat} |")

@@ -77,11 +77,12 @@ class Deps(NamedTuple):
     t0_ns: np.int64
 
 
-def _jit(f):
+def _jit(f, inlines=()):
     """f compiled by numba (plain f without numba), its machine code cached on disk for the next process: in
     NUMBA_CACHE_DIR when set, else beside the package, else (a read-only install) in numba's user-wide cache
     (~/.cache/numba), else in a folder of this user's own in the temp dir, else not cached. numba's own chain
-    stops before the temp dir and refuses to compile (a traceback on `tracekit replay`)."""
+    stops before the temp dir and refuses to compile (a traceback on `tracekit replay`). inlines: the source files
+    of the helpers f inlines, whose changes numba's cache does not see (_drop_stale)."""
     if _njit is None:
         return f
     cached = _cached(f)
@@ -89,7 +90,8 @@ def _jit(f):
         cached = _cached(f)
     if cached is None:
         return _njit(nogil=True)(f)
-    _drop_stale(cached, (_sharing.__file__, _pools.__file__))
+    if inlines:
+        _drop_stale(cached, inlines)
     return cached
 
 
@@ -260,7 +262,7 @@ def _core(compiled: bool | None, n_nodes: int = 0, plain: bool = False):
     if not compiled or _njit is None:
         return _interpreted
     if _compiled is None:
-        _compiled = _jit(_simulate)
+        _compiled = _jit(_simulate, inlines=(_sharing.__file__, _pools.__file__))
     return _compiled
 
 
@@ -319,8 +321,7 @@ class Engine:
             raise ValueError("negative lags would let time run backwards")
         fl = (Flows.none() if flows is None else flows).arrays(self.n)
         deps = Deps(self._ptr, self._dst, lag, self._from_end, self._indeg, np.int64(self.source), np.int64(self.t0))
-        plain = flows is None or not len(flows)
-        plain = plain and pools is None
+        plain = (flows is None or not len(flows)) and pools is None
         start, end = _core(self.compiled, self.n, plain)(deps, dur, np.int64(until), fl,
                                                         _pools.engine_pools(self.n, pools))
         reached = int((start >= 0).sum())

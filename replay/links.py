@@ -68,8 +68,8 @@ class LinkParams:
         hs = dict(self.host_scale)
         for h, k in (host_scale or {}).items():
             hs[h] = hs.get(h, 1.0) * k
-        return LinkParams(cap, lat, hs, dict(self.burst), dict(self.overhead_ns))  # a faster link keeps its bucket's
-        # depth, and the software its time
+        # a faster link keeps its bucket's depth, and the software its time
+        return LinkParams(cap, lat, hs, dict(self.burst), dict(self.overhead_ns))
 
 
 @dataclass

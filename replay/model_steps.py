@@ -179,14 +179,15 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     net = sc.network
     measured = links.build(g.colls, run_hosts)
     starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
-    rates = _testbed_rates(run)  # run.json's tc rates, read once
+    bed = testbed_block(run)  # run.json's testbed block, read once: the tc rates, the round trip, the MTU
+    rates = _testbed_rates(bed)
     nominal_gbps = net.nic_bandwidth_gbps or (min(rates.values()) / 8e3 if rates else None)  # a ring's slowest
     if net.calibrate == "nccl_tests":  # one collective at a time: the alpha-beta fit is each link alone
         fitted = linkfit.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests))
     else:
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
                              g.colls.op.astype(object).to_numpy()[measured.coll_row],
-                             latency_bound_ns=_latency_bound(run, net, nominal_gbps), frame_bytes=_mtu_bytes(run))
+                             latency_bound_ns=latency_bound(bed, net, nominal_gbps), frame_bytes=_mtu_bytes(bed))
     over = net.packet_links
     prm = fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
@@ -234,8 +235,8 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         nominal = _nominal_rates(rates) if c == links.INTER else ""
         st.notes.append(f"links model: {c} fitted {fitted.params.capacity[c] * 8e3:.4g} Mbit/s "
                         f"({fitted.params.capacity[c]:.4g} GB/s), latency {fitted.params.latency_ns[c] / 1e3:.4g} us per "
-                        f"step{_software(fitted.params, c)}, from {how} (the model alone {100 * rms:.1f}% rms off the measured transfers; each "
-                        f"transfer keeps the rest as its own factor){nominal}")
+                        f"step{_software(fitted.params, c)}, from {how} (the model alone {100 * rms:.1f}% rms off the "
+                        f"measured transfers; each transfer keeps the rest as its own factor){nominal}")
     off = _off_nominal(fitted, nominal_gbps)
     if off:
         st.notes.append(off)
@@ -293,23 +294,24 @@ def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, nom
 ETH_HEADER_BYTES, DEFAULT_MTU_BYTES = 14, 1500
 
 
-def _latency_bound(run, net, nominal_gbps: float | None) -> dict[str, float] | None:
+def latency_bound(bed: dict, net, nominal_gbps: float | None) -> dict[str, float] | None:
     """The most latency per step the hosts' links can have (ns, inter_node): their round trip ([network] rtt_us, else
     run.json's testbed rtt_us) and one frame's serialization at the NICs' nominal rate (the frame: run.json's
-    testbed MTU, else 1500 bytes; with no nominal rate, the round trip alone). None where the round trip is unknown."""
-    rtt_us = net.rtt_us or _testbed(run).get("rtt_us")
+    testbed MTU, else 1500 bytes; with no nominal rate, the round trip alone). None where the round trip is unknown.
+    bed: run.json's testbed block (testbed_block)."""
+    rtt_us = net.rtt_us or bed.get("rtt_us")
     if not rtt_us:
         return None
-    frame_ns = (_mtu_bytes(run) + ETH_HEADER_BYTES) / nominal_gbps if nominal_gbps else 0.0
+    frame_ns = (_mtu_bytes(bed) + ETH_HEADER_BYTES) / nominal_gbps if nominal_gbps else 0.0
     return {links.INTER: float(rtt_us) * 1e3 + frame_ns}
 
 
-def _mtu_bytes(run) -> int:
-    """The hosts' links' MTU: run.json's testbed MTU, else 1500 bytes."""
-    return int(_testbed(run).get("mtu") or DEFAULT_MTU_BYTES)
+def _mtu_bytes(bed: dict) -> int:
+    """The hosts' links' MTU: run.json's testbed MTU (bed: its testbed block), else 1500 bytes."""
+    return int(bed.get("mtu") or DEFAULT_MTU_BYTES)
 
 
-def _testbed(run) -> dict:
+def testbed_block(run) -> dict:
     """run.json's testbed block ({} where there is none)."""
     try:
         bed = run.run_manifest().get("testbed")
@@ -318,10 +320,11 @@ def _testbed(run) -> dict:
     return bed if isinstance(bed, dict) else {}
 
 
-def _testbed_rates(run) -> dict[int, float]:
-    """Per host, the NIC rate (Mbit/s) the run was shaped to, where run.json's testbed block says (the tc rates)."""
+def _testbed_rates(bed: dict) -> dict[int, float]:
+    """Per host, the NIC rate (Mbit/s) the run was shaped to, where run.json's testbed block (bed) says (the tc
+    rates)."""
     try:
-        return {int(x["host"]): float(x["rate_mbit"]) for x in _testbed(run)["links"]}
+        return {int(x["host"]): float(x["rate_mbit"]) for x in bed["links"]}
     except (KeyError, TypeError, ValueError):
         return {}
 
