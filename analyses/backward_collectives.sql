@@ -30,7 +30,6 @@ _backward AS (
   SELECT b.rank, b.step, b.start_ns, e.end_ns
   FROM (SELECT rank, step, min(ts_ns) AS start_ns FROM _fns GROUP BY rank, step) b
   JOIN (SELECT rank, step, max(end_ns) AS end_ns FROM _own GROUP BY rank, step) e USING (rank, step)
-  SEMI JOIN _calls c USING (rank, step)
 ),
 _per_step AS (
   SELECT b.rank, b.step, count(*) AS gradient_calls,

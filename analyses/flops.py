@@ -410,11 +410,16 @@ def flops_by_op(run, ranks=None):
     return with_note(out[list(FLOPS_BY_OP_COLUMNS)], _note_unknown(ops))
 
 
+def _device_list(devices) -> list:
+    """devices as a list of Devices: a list as it is, else the catalog it names (a file, or None: see catalog)."""
+    return devices if isinstance(devices, list) else catalog(devices)
+
+
 def rank_devices(run, devices=None, device: str | None = None) -> dict:
     """rank -> catalog Device (or None) and the deviceProperties name, from the device its kernels ran on.
     devices: a catalog file (None: the bundled one and $TRACEKIT_DEVICE_CATALOG's) or a list of Devices.
     device: a catalog device the user names (--device) for every rank, the trace's deviceProperties aside."""
-    devs = devices if isinstance(devices, list) else catalog(devices)
+    devs = _device_list(devices)
     given = given_device(device, devs) if device is not None else None
     used = run.sql("SELECT rank, mode(device) AS device FROM kernels GROUP BY rank")
     used = dict(zip(used["rank"], used.device))
@@ -427,9 +432,9 @@ def rank_devices(run, devices=None, device: str | None = None) -> dict:
     return out
 
 
-def _no_device(run, devices: dict, devs_file, nulls: str) -> tuple[dict[int, str], str]:
-    """For the ranks without a catalog device: rank -> why and which columns are null (`nulls`); and what to
-    do, said once (ranks that have a device are left out)."""
+def _no_device(run, devices: dict, devs: list, nulls: str) -> tuple[dict[int, str], str]:
+    """For the ranks without a catalog device (devices: rank_devices'; devs: the catalog it read): rank -> why
+    and which columns are null (`nulls`); and what to do, said once (ranks that have a device are left out)."""
     missing = [r for r, (dev, _) in devices.items() if dev is None]
     if not missing:
         return {}, ""
@@ -446,7 +451,7 @@ def _no_device(run, devices: dict, devs_file, nulls: str) -> tuple[dict[int, str
         else:
             why[r] = f"rank {r}: no GPU device in the trace (a CPU run): {nulls}"
         gpu = gpu or bool(name or kernels.get(r))
-    names = ", ".join(d.name for d in (devs_file if isinstance(devs_file, list) else catalog(devs_file)))
+    names = ", ".join(d.name for d in devs)
     fix = (f"name the GPU with --device NAME (device= in Python), one of: {names}; or add it to a catalog "
            "file (--catalog FILE, or TRACEKIT_DEVICE_CATALOG=FILE)") if gpu else ""
     return why, fix
@@ -464,8 +469,9 @@ def mfu(run, by_step: bool = False, catalog: str | None = None, device: str | No
     if steps.empty:
         steps = run.sql("SELECT rank, NULL::BIGINT AS step, first_ts_ns AS ts_ns, last_end_ns AS end_ns, "
                         "last_end_ns - first_ts_ns AS dur_ns FROM ranks")
-    devices = rank_devices(run, catalog, device)
-    why, fix = _no_device(run, devices, catalog, "mfu_pct is null")
+    devs = _device_list(catalog)  # read once: rank_devices and the notes both name its devices
+    devices = rank_devices(run, devs, device)
+    why, fix = _no_device(run, devices, devs, "mfu_pct is null")
     rows, notes = [], []
     for r, st in steps.groupby("rank"):
         mine = ops[(ops["rank"] == r) & ops.flops.notna()]
@@ -499,13 +505,14 @@ def mfu(run, by_step: bool = False, catalog: str | None = None, device: str | No
 
 def roofline(run, catalog: str | None = None, device: str | None = None, *, ops: pd.DataFrame | None = None):
     """device and ops: as mfu's."""
-    devices = rank_devices(run, catalog, device)  # first: a device name not in the catalog is an error on any run
+    devs = _device_list(catalog)
+    devices = rank_devices(run, devs, device)  # first: a device name not in the catalog is an error on any run
     ops = op_table(run) if ops is None else ops
     ops = ops[ops.flops.notna() & ops.kernel_ns.notna() & (ops.kernel_ns.fillna(0) > 0)]
     if ops.empty:
         return with_note(pd.DataFrame(columns=list(ROOFLINE_COLUMNS)),
                          "no operator with shapes that launched GPU kernels: a roofline needs both")
-    why, fix = _no_device(run, devices, catalog, "bound, attainable_tflops and share_pct are null")
+    why, fix = _no_device(run, devices, devs, "bound, attainable_tflops and share_pct are null")
     rows, notes = [], []
     for (r, c), x in ops.groupby(["rank", "op_class"]):
         dev, _ = devices.get(int(r), (None, None))

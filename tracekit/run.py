@@ -59,18 +59,16 @@ class Run:
                 if relation:
                     return self.con.sql(query, params=params)
                 return self.con.execute(query, params) if params is not None else self.con.execute(query)
-            except duckdb.IOException as e:
-                # a file of the store is gone: the store was replaced (views rebuilt for its new contents, the
-                # query run once more), or moved or damaged (Store.reopened says so); never a stale view served
-                if attempt or not self._store_file_error(str(e)):
-                    raise TracekitError(f"query failed: {str(e).splitlines()[0]}") from None
-                self.store = self.store.reopened(str(e).splitlines()[0])
-                self.close()
             except duckdb.Error as e:
-                raise TracekitError(f"query failed: {str(e).splitlines()[0]}") from None
-
-    def _store_file_error(self, message: str) -> bool:
-        return self.store.path + os.sep in message
+                message = str(e)
+                first_line = message.splitlines()[0]
+                # an IOException on a file of the store: the store was replaced (views rebuilt for its new
+                # contents, the query run once more), or moved or damaged (Store.reopened says so); never a
+                # stale view served
+                if attempt or not isinstance(e, duckdb.IOException) or self.store.path + os.sep not in message:
+                    raise TracekitError(f"query failed: {first_line}") from None
+                self.store = self.store.reopened(first_line)
+                self.close()
 
     def _refuse_file_statements(self, query: str) -> None:
         # DuckDB lets a connection write wherever it may read, and the store's own files

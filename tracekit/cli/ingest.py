@@ -134,8 +134,9 @@ def _steps(counts) -> str:
     lo, hi = (int(counts.min()), int(counts.max())) if len(counts) else (0, 0)
     if not hi:
         return "0 (no ProfilerStep#N annotations: replay has no step to compare)"
+    span = hi if lo == hi else f"{lo}-{hi}"
     if hi == 1:
-        return f"{lo}-1 a rank (ProfilerStep#N annotations)" if lo != hi else "1 a rank (ProfilerStep#N annotations)"
-    return (f"{hi if lo == hi else f'{lo}-{hi}'} a rank (ProfilerStep#N annotations; replay's median step leaves "
+        return f"{span} a rank (ProfilerStep#N annotations)"
+    return (f"{span} a rank (ProfilerStep#N annotations; replay's median step leaves "
             "out each rank's last, which the profiler may cut short)")
 

@@ -75,11 +75,12 @@ def _lone_surrogates(text: bytes | memoryview) -> list[int]:
     return lone
 
 
-def _replace_lone_surrogates(text: bytes | memoryview) -> tuple[bytes, list[int]]:
-    """text with each lone surrogate escape replaced by U+FFFD's (the same length), and their offsets."""
+def _replace_lone_surrogates(text: bytes | memoryview) -> tuple[bytes | memoryview, list[int]]:
+    """text with each lone surrogate escape replaced by U+FFFD's (the same length), and their offsets; text
+    itself, not a copy, when it has none (a run that failed to decode for another reason)."""
     lone = _lone_surrogates(text)
     if not lone:
-        return bytes(text), lone
+        return text, lone
     out = bytearray(text)
     for at in lone:
         out[at:at + len(_REPLACEMENT_ESCAPE)] = _REPLACEMENT_ESCAPE
