@@ -47,6 +47,8 @@ LAYOUTS = {
     "pp_gpipe": ("pp",), "pp_1f1b": ("pp",), "fsdp_tp": ("dp", "tp"), "dp_pp": ("dp", "pp"),
 }
 
+CHECKPOINTING = ("none", "full")
+
 
 @dataclasses.dataclass
 class LayoutConfig:
@@ -66,6 +68,8 @@ class LayoutConfig:
     hosts: int | None = None     # run on a testbed with this many hosts (None: loopback)
     link_rate_mbit: float | None = None
     poll_idle: bool = False      # hold the CPUs out of their idle states while it runs (tracekit.testbed.PollIdle)
+    checkpointing: str = "none"  # "full": every block's forward recomputed in its backward (activation checkpointing)
+    profile_memory: bool = False  # record the allocator's [memory] events
     seed: int = 0
     master_addr: str = "127.0.0.1"
     port: int = 0
@@ -73,6 +77,8 @@ class LayoutConfig:
     def validate(self) -> None:
         if self.layout not in LAYOUTS:
             raise TracekitError(f"--layout {self.layout!r}; allowed: {', '.join(LAYOUTS)}")
+        if self.checkpointing not in CHECKPOINTING:
+            raise TracekitError(f"--checkpointing {self.checkpointing!r}; allowed: {', '.join(CHECKPOINTING)}")
         dims = LAYOUTS[self.layout]
         if len(dims) == 2 and self.ranks != 4:
             raise TracekitError(f"--layout {self.layout} is 2-D (2 x 2): it needs --ranks 4, got {self.ranks}")
@@ -174,8 +180,8 @@ def train_rank(cfg: LayoutConfig, rank: int) -> None:
     torch = require_torch()
     dist = torch.distributed
     torch.set_num_threads(1)  # ranks share few cores; one thread each keeps steps comparable
-    prof = profile(cfg.out_dir, steps=cfg.steps, warmup=cfg.warmup, record_shapes=True, parallel=_parallel(cfg),
-                   extra={"demo": _meta(cfg)})
+    prof = profile(cfg.out_dir, steps=cfg.steps, warmup=cfg.warmup, record_shapes=True,
+                   profile_memory=cfg.profile_memory, parallel=_parallel(cfg), extra={"demo": _meta(cfg)})
     dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.port}", rank=rank,
                             world_size=cfg.ranks, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
@@ -206,6 +212,7 @@ def _sharded_job(cfg: LayoutConfig, rank: int, mesh):
     deg = cfg.degrees()
     if deg["tp"] > 1:
         _tensor_parallel(model, mesh["tp"], sequence=cfg.layout == "tp_sp")
+    _checkpoint(model, cfg)  # torchtitan's order: tensor parallel, then checkpointing, then FSDP
     if cfg.layout == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)
     elif cfg.layout.startswith("fsdp"):
@@ -232,6 +239,18 @@ def _sharded_job(cfg: LayoutConfig, rank: int, mesh):
         opt.zero_grad(set_to_none=True)
 
     return step
+
+
+def _checkpoint(model, cfg: LayoutConfig) -> None:
+    """Full activation checkpointing as torchtitan applies it: every block wrapped by PyTorch's checkpoint_wrapper
+    (non-reentrant torch.utils.checkpoint), which keeps only the block's input and recomputes its forward in the
+    backward. Applied before the layout's API wraps the blocks."""
+    if cfg.checkpointing == "none":
+        return
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for name, block in list(model.layers.items()):
+        model.layers[name] = checkpoint_wrapper(block)
 
 
 def _tensor_parallel(model, tp_mesh, sequence: bool) -> None:
@@ -272,6 +291,7 @@ def _pipeline_job(cfg: LayoutConfig, rank: int, mesh):
     per = cfg.layers // stages
     torch.manual_seed(cfg.seed + stage)
     mod = build_model(cfg)(first=stage == 0, last=stage == stages - 1, n_layers=per)
+    _checkpoint(mod, cfg)
     if "dp" in mesh.mesh_dim_names and mesh["dp"].size() > 1:
         from torch.distributed._composable.replicate_with_fsdp import replicate
 
@@ -311,7 +331,7 @@ def _parallel(cfg: LayoutConfig) -> dict:
             "mesh": dict(zip(dims, cfg.mesh_shape())), "model_params": model_params(cfg),
             "model_bytes": model_params(cfg) * 4, "global_batch_size": cfg.batch_size, "layers": cfg.layers,
             "seq_len": cfg.seq_len, "d_model": cfg.d_model, "heads": cfg.heads,
-            "sharding": "fsdp" if cfg.layout.startswith("fsdp") else "none"}
+            "sharding": "fsdp" if cfg.layout.startswith("fsdp") else "none", "checkpointing": cfg.checkpointing}
 
 
 def _meta(cfg: LayoutConfig) -> dict:

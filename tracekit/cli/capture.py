@@ -143,10 +143,14 @@ def demo_train_cmd(out_dir, ranks, steps, warmup, timed_steps, d_model, layers, 
 @click.option("--poll-idle", is_flag=True,
               help="Hold the CPUs out of their idle states while the job runs (PM QoS, /dev/cpu_dma_latency): on a "
                    "VM, compute after a wait otherwise runs slower, the more so the slower the links.")
+@click.option("--checkpointing", type=click.Choice(["none", "full"]), default="none", show_default=True,
+              help="Activation checkpointing: full wraps every block in PyTorch's checkpoint_wrapper (its forward is "
+                   "recomputed in the backward).")
+@click.option("--profile-memory", is_flag=True, help="Record the allocator's [memory] events (profile_memory=True).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @fail_cleanly
 def demo_layout_cmd(out_dir, layout, ranks, steps, warmup, timed_steps, d_model, layers, heads, vocab, seq_len,
-                    batch_size, micro_batches, hosts, link_rate_mbit, poll_idle, seed):
+                    batch_size, micro_batches, hosts, link_rate_mbit, poll_idle, checkpointing, profile_memory, seed):
     """Train a small transformer under one parallel layout on gloo (CPU) and capture every rank.
 
     The same model (attention and MLP blocks) under DDP, FSDP2 (fully_shard per
@@ -166,7 +170,8 @@ def demo_layout_cmd(out_dir, layout, ranks, steps, warmup, timed_steps, d_model,
     cfg = LayoutConfig(out_dir=out_dir, layout=layout, ranks=ranks, steps=steps, warmup=warmup,
                        timed_steps=timed_steps, d_model=d_model, layers=layers, heads=heads, vocab=vocab,
                        seq_len=seq_len, batch_size=batch_size, micro_batches=micro_batches, hosts=hosts,
-                       link_rate_mbit=link_rate_mbit, poll_idle=poll_idle, seed=seed)
+                       link_rate_mbit=link_rate_mbit, poll_idle=poll_idle, checkpointing=checkpointing,
+                       profile_memory=profile_memory, seed=seed)
     doc = run(cfg)
     click.echo(f"{out_dir}: {summarize(doc)}")
 

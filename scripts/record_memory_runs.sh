@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Record the memory what-if validation runs on the testbed (network namespaces, tc-shaped links; needs root,
+# iproute2 and pip install 'tracekit[capture]'): the small transformer of tracekit demo-layout with the allocator's
+# [memory] events, with and without full activation checkpointing (PyTorch's checkpoint_wrapper on every block),
+# at 1x and 2x the global batch, under DDP, FSDP2 and DTensor tensor parallelism, on 2 hosts at 400 Mbit/s.
+# Every run predicts the others of its layout ("[memory] activation_checkpointing", "[batch] scale"):
+# bench/whatif_memory.py.
+# Usage: scripts/record_memory_runs.sh [OUT_DIR]   (default: runs/memory; ~60 MB, not bundled)
+# Record on a quiet machine: step times are measured, and other work on the cores moves them.
+set -euo pipefail
+out="${1:-runs/memory}"
+mkdir -p "$out"
+model=(--d-model 128 --layers 4 --heads 4 --vocab 512 --seq-len 64 --steps 4 --warmup 2 --timed-steps 1 --poll-idle
+       --profile-memory)
+for layout in ddp fsdp tp; do
+  for batch in 8 16; do
+    for ckpt in none full; do
+      tracekit demo-layout --out "$out/${layout}_b${batch}_ckpt_${ckpt}" --layout "$layout" --ranks 2 --hosts 2 \
+        --link-rate-mbit 400 --batch-size "$batch" --checkpointing "$ckpt" "${model[@]}"
+    done
+  done
+done
+for d in "$out"/*/; do
+  tracekit ingest "$d" --quiet
+done
+du -sh "$out"
