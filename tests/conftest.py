@@ -116,3 +116,16 @@ def tiny_dir(tmp_path) -> Path:
     write_trace(d / "rank0.trace.json.gz", tiny_events(), rank=0, world_size=2)
     write_trace(d / "rank1.trace.json", tiny_events(t0_us=1005.0), rank=1, world_size=2)
     return d
+
+
+@pytest.fixture(scope="session")
+def memory_layout_run(tmp_path_factory) -> Path:
+    """A tiny 2-rank DDP run of the layouts trainer recorded with the allocator's [memory] events (seconds, once a
+    session; needs torch): a real CPU run whose memory peak tests judge against a device capacity they choose."""
+    pytest.importorskip("torch", reason="recording a run needs torch (pip install 'tracekit[capture]')")
+    from tracekit.capture.layouts import LayoutConfig, run
+
+    d = tmp_path_factory.mktemp("memory_layout") / "ddp"
+    run(LayoutConfig(out_dir=str(d), layout="ddp", ranks=2, d_model=64, layers=2, heads=4, vocab=256, seq_len=32,
+                     batch_size=8, steps=2, warmup=1, timed_steps=0, profile_memory=True))
+    return d

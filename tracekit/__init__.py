@@ -21,12 +21,12 @@ def open(path, store: str | None = None, *, ingest: bool = True, **ingest_option
     return open_run(path, store, ingest=ingest, **ingest_options)
 
 
-def doctor(run, *, out_dir: str | None = None) -> list[dict]:
+def doctor(run, *, out_dir: str | None = None, device: str | None = None) -> list[dict]:
     """What slows the run (a tracekit Run), most predicted saving first (tracekit/advice: the app layer,
-    found through its extension point)."""
+    found through its extension point). device: the catalog device its GPUs are (doctor --device)."""
     from .extensions import provider
 
-    return provider("doctor")(run, out_dir=out_dir)
+    return provider("doctor")(run, out_dir=out_dir, device=device)
 
 
 __all__ = ["open", "doctor", "TracekitError", "TraceFileError", "NotATraceError", "StoreError", "__version__"]

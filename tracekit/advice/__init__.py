@@ -21,7 +21,7 @@ from .toml import dumps as scenario_toml
 
 FIELDS = {
     "kind": "straggler | exposed_communication | host_bound | data_loading | sync_stalls | small_kernels | "
-            "memory_headroom | low_mfu | pipeline_imbalance",
+            "oom_risk | memory_headroom | low_mfu | pipeline_imbalance",
     "rank": "the rank it is about; null when job-wide",
     "title": "one line",
     "evidence": "list of {analysis, figure}: the analyses' figures that show it",
@@ -39,7 +39,8 @@ FIELDS = {
 def doctor(run, *, out_dir: str | None = None, device: str | None = None) -> list[dict]:
     """The findings on a run (a tracekit Run), most predicted saving first, then the unpredicted ones by
     their share of the step. With out_dir, each finding's scenario is written there as <name>.toml.
-    device: the catalog device the run's GPUs are, for a trace that does not name them (low_mfu's roofline)."""
+    device: the catalog device the run's GPUs are, for a trace that does not name them (low_mfu's roofline; the
+    memory findings' capacity where the trace does not give its totalGlobalMem)."""
     from replay.scenario import scenario_from_dict
     from replay.whatif import whatif
 

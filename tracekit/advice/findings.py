@@ -13,9 +13,9 @@ import numpy as np
 
 # a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
 MIN_SHARE_PCT = 5.0
-MEMORY_HEADROOM_PCT = 50.0
+MEMORY_HEADROOM_PCT = 50.0  # peak below this share of the device's memory leaves room for a larger batch
 ROOFLINE_TARGET_PCT = 70.0  # low_mfu: the share of their roofline bound GEMMs / attention are brought to
-LOW_MFU_PCT = 50.0  # ... when below this share  # peak below this share of the device's memory leaves room for a larger batch
+LOW_MFU_PCT = 50.0  # ... when below this share
 
 
 @dataclass
@@ -338,37 +338,87 @@ def small_kernels(run, ctx) -> list[Candidate]:
         assumptions="not predicted: what a fused kernel costs needs each op's bytes moved", share_pct=row.small_pct)]
 
 
-def memory_headroom(run, ctx) -> list[Candidate]:
+def _device_memory(run, ctx):
+    """memory_peak's rows for the memory a rank can run out of, with their device's capacity (analyses.devices:
+    the trace's deviceProperties, else the catalog's for --device or the named GPU): the accelerators' rows
+    (device_type other than CPU); on a run without any (a CPU run standing in for a GPU job, as the project's
+    recorded ones), the CPU's, which only --device gives a capacity. Rows without a known capacity are dropped;
+    (None, None) without [memory] events."""
+    from analyses.devices import memory_capacities
+
     mp = run.analyze("memory_peak")
     if mp.empty:
-        return []
-    from analyses.devices import device_properties
+        return None, None
+    dev = mp[mp.device_type != 0]
+    mp = dev if len(dev) else mp[mp.device_type == 0]
+    keys = [(int(r), int(d)) for r, d in zip(mp["rank"], mp.device_id)]
+    caps = memory_capacities(run, keys, ctx.get("device"))
+    mp = mp[[k in caps for k in keys]].copy()
+    mp["capacity_bytes"] = [caps[(int(r), int(d))][0] for r, d in zip(mp["rank"], mp.device_id)]
+    return mp, caps
 
-    total = {}
-    for r, props in device_properties(run).items():
-        for p in props:
-            if p.get("totalGlobalMem"):
-                total[(int(r), int(p.get("id", 0)))] = float(p["totalGlobalMem"])
-    mp = mp[mp.device_type == 1]
-    out = []
-    for row in mp.sort_values("peak_allocated_bytes", ascending=False).head(1).itertuples():
-        cap = total.get((int(row.rank), int(row.device_id)))
-        if not cap:
-            continue
-        used = 100.0 * float(row.peak_reserved_bytes or row.peak_allocated_bytes) / cap
-        if used >= MEMORY_HEADROOM_PCT:
-            continue
-        out.append(Candidate(
-            kind="memory_headroom", rank=int(row.rank),
-            title=f"rank {int(row.rank)} uses {used:.0f}% of its GPU's memory at peak",
-            evidence=[_ev("memory_peak", f"rank {int(row.rank)} device {int(row.device_id)}: peak allocated "
-                          f"{row.peak_allocated_bytes / 2**30:.2f} GiB, reserved {row.peak_reserved_bytes / 2**30:.2f} GiB "
-                          f"of {cap / 2**30:.1f} GiB")],
-            fix="a larger micro-batch (fewer steps for the same samples) or less activation checkpointing",
-            scenario=None, confidence="low",
-            assumptions="a statement, not a prediction: what a larger batch costs per step is not in the trace",
-            share_pct=0.0))
-    return out
+
+def oom_risk(run, ctx) -> list[Candidate]:
+    from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT, fit_verdict, gib
+
+    mp, caps = _device_memory(run, ctx)
+    if mp is None or mp.empty:
+        return []
+    mp["verdict"] = [fit_verdict(float(p), float(c)) for p, c in zip(mp.peak_allocated_bytes, mp.capacity_bytes)]
+    risky = mp[[v[0] is False for v in mp.verdict]]
+    if risky.empty:
+        return []
+    risky = risky.assign(used=risky.peak_allocated_bytes / risky.capacity_bytes).sort_values("used", ascending=False,
+                                                                                              kind="stable")
+    row = risky.iloc[0]
+    r, dev_id, cap = int(row["rank"]), int(row.device_id), float(row.capacity_bytes)
+    peak, reserved = float(row.peak_allocated_bytes), float(row.peak_reserved_bytes or 0)
+    over = peak > cap
+    figure = (f"rank {r} device {dev_id}: peak allocated {gib(peak)} ({100 * peak / cap:.1f}% of {gib(cap)}, "
+              f"{caps[(r, dev_id)][1]}); {row.verdict[1]}")
+    if reserved > peak:  # what the caching allocator holds from the device: the nearer figure to an OOM
+        figure += (f"; peak reserved {gib(reserved)} is nearer still ({100 * reserved / cap:.1f}%: the caching "
+                   "allocator holds it from the device)")
+    others = sorted(int(x) for x in risky["rank"].iloc[1:].unique() if int(x) != r)
+    if others:
+        figure += f"; also within the reserve or above: rank{'s' if len(others) > 1 else ''} " + \
+                  ", ".join(str(x) for x in others)
+    return [Candidate(
+        kind="oom_risk", rank=r,
+        title=(f"rank {r}'s memory peak is {gib(peak - cap)} above its device's {gib(cap)}" if over else
+               f"rank {r}'s memory peak leaves {gib(cap - peak)} of its device's {gib(cap)} free, less than the "
+               f"{DEFAULT_MEMORY_RESERVE_PCT:g}% reserve: out-of-memory risk"),
+        evidence=[_ev("memory_peak", figure)],
+        fix="lower the peak: activation checkpointing, a smaller micro-batch (gradient accumulation keeps the global "
+            "batch), the optimizer state and gradients sharded (ZeRO, FSDP) or the optimizer offloaded to the host; "
+            "where reserved runs far above allocated, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        scenario=None, confidence="medium",
+        assumptions=f"not predicted: a statement about the measured peak. The {DEFAULT_MEMORY_RESERVE_PCT:g}% "
+                    "reserve stands for what the allocator's count leaves out (the CUDA context, NCCL's buffers, "
+                    "fragmentation); a run that holds less of those has more room",
+        share_pct=0.0)]
+
+
+def memory_headroom(run, ctx) -> list[Candidate]:
+    from analyses.devices import gib
+
+    mp, caps = _device_memory(run, ctx)
+    if mp is None or mp.empty:
+        return []
+    row = mp.sort_values("peak_allocated_bytes", ascending=False, kind="stable").iloc[0]
+    r, dev_id, cap = int(row["rank"]), int(row.device_id), float(row.capacity_bytes)
+    used = 100.0 * float(row.peak_reserved_bytes or row.peak_allocated_bytes) / cap
+    if used >= MEMORY_HEADROOM_PCT:
+        return []
+    return [Candidate(
+        kind="memory_headroom", rank=r,
+        title=f"rank {r} uses {used:.0f}% of its GPU's memory at peak",
+        evidence=[_ev("memory_peak", f"rank {r} device {dev_id}: peak allocated {gib(row.peak_allocated_bytes)}, "
+                      f"reserved {gib(row.peak_reserved_bytes)} of {gib(cap)} ({caps[(r, dev_id)][1]})")],
+        fix="a larger micro-batch (fewer steps for the same samples) or less activation checkpointing",
+        scenario=None, confidence="low",
+        assumptions="a statement, not a prediction: what a larger batch costs per step is not in the trace",
+        share_pct=0.0)]
 
 
 def low_mfu(run, ctx) -> list[Candidate]:
@@ -469,4 +519,4 @@ def pipeline_imbalance(run, ctx) -> list[Candidate]:
 
 
 DETECTORS = (straggler, exposed_communication, host_bound, data_loading, sync_stalls, small_kernels,
-             memory_headroom, low_mfu, pipeline_imbalance)
+             oom_risk, memory_headroom, low_mfu, pipeline_imbalance)

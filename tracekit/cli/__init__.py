@@ -24,8 +24,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                     "Train a small transformer under one parallel layout on gloo (CPU) and capture every rank."),
     "doctor": ("doctor", "doctor_cmd",
                "Rank what slows the run in TRACE_DIR: stragglers, exposed communication, host-bound launches, "
-               "data loading, syncs, small kernels, low MFU, pipeline imbalance, memory headroom; each with the "
-               "evidence from the analyses, the fix and the step time the replay predicts under it."),
+               "data loading, syncs, small kernels, low MFU, pipeline imbalance, out-of-memory risk, memory "
+               "headroom; each with the evidence from the analyses, the fix and the step time the replay predicts "
+               "under it."),
     "gate": ("gate", "gate_cmd",
              "Compare CANDIDATE against BASELINE (trace directories or stores, measured or replayed)."),
     "info": ("ingest", "info_cmd",

@@ -16,12 +16,13 @@ from ._common import fail_cleanly, store_option
                    "reproduces its prediction).")
 @click.option("--device", default=None, metavar="NAME",
               help="The GPU every rank ran on, a device catalog name (e.g. H100-SXM), for a trace without "
-                   "deviceProperties: low MFU needs the device's roofline.")
+                   "deviceProperties: low MFU needs the device's roofline, the memory findings its capacity "
+                   "(TRACEKIT_DEVICE_CATALOG=FILE adds devices).")
 @store_option()
 @fail_cleanly
 def doctor_cmd(trace_dir, fmt, out, device, store):
     """Rank what slows the run in TRACE_DIR: stragglers, exposed communication, host-bound launches,
-    data loading, syncs, small kernels, low MFU, pipeline imbalance, memory headroom; each with the evidence
+    data loading, syncs, small kernels, low MFU, pipeline imbalance, out-of-memory risk, memory headroom; each with the evidence
     from the analyses, the fix and the step time the replay predicts under it.
 
     \b
