@@ -31,8 +31,9 @@ import pandas as pd
 
 from analyses import depgraph as _graph
 
+from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT  # noqa: F401 (the [memory] reserve_pct default)
+
 CHECKPOINTING = ("none", "full")
-DEFAULT_MEMORY_RESERVE_PCT = 10.0
 
 FORWARD, BACKWARD, OPTIMIZER, OTHER = 1, 2, 3, 0
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
@@ -70,6 +71,7 @@ class OpFacts:
     kernel_floor_ns: dict  # rank -> smallest compute kernel, ns (GPU ranks)
     coll_act: np.ndarray  # per collective row of g.colls: its tensors carry the tokens
     coll_recompute: np.ndarray  # per collective row: called inside a checkpoint recompute
+    recompute_spans: pd.DataFrame  # rank, tid, start, end of each recompute (outermost op)
     # rank -> (period of the forward's blocks, what recomputing them takes, the backward's time, steps) over its
     # whole steps
     blocks: dict = field(default_factory=dict)
@@ -169,8 +171,8 @@ def op_facts(run, g) -> OpFacts:
             kfloor[int(r)] = float(np.min(g.dur_ns[comp & (g.rank == r)]))
     coll_act = np.zeros(len(g.colls), bool)
     coll_rec = np.zeros(len(g.colls), bool)
+    spans = pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end"])
     if len(g.colls):
-        spans = pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end"])
         cols = g.colls[["present_ranks", "events", "arrivals", "callers"]].itertuples(index=False)
         for i, (ranks, evs, arrivals, callers) in enumerate(cols):
             coll_act[i] = any(bool(ev_act.get((int(r), int(x)), False)) for r, x in zip(ranks, evs))
@@ -178,7 +180,8 @@ def op_facts(run, g) -> OpFacts:
                 for (r, _, tid), t in zip(callers, arrivals):
                     sp = spans[(spans["rank"] == r) & (spans.tid == tid)]
                     coll_rec[i] |= bool(((sp.start <= t) & (t < sp.end)).any())
-    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec)
+    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec,
+                    pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end"]))
     _blocks(g, facts)
     return facts
 
@@ -335,3 +338,98 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
     if ckpt == "none" and facts.checkpointed:
         coll_scale[facts.coll_recompute] = 0.0
     return MemoryRetime(factor, coll_scale, added, notes)
+
+
+# ---- the peak ------------------------------------------------------------------------------------------
+_BLOCKS_SQL = """
+SELECT rank, device_type, device_id, tid, ts_ns, bytes,
+       lead(ts_ns) OVER (PARTITION BY rank, device_type, device_id, addr ORDER BY ts_ns, event_id) AS end_ts_ns
+FROM memory
+QUALIFY bytes > 0
+"""
+
+
+def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
+    """Per rank, its device with the largest measured peak: measured_peak_alloc_bytes, predicted_peak_alloc_bytes
+    and the categories (memory_breakdown) each was made of. Empty when the trace has no [memory] events.
+
+    The categories at the measured peak change as the scenario says: activations and other (temporaries) follow
+    the batch scale; communication buffers follow it where collectives carry tokens; parameters, gradients and
+    the optimizer's state do not (offload_optimizer takes the state off the device). Checkpointing changes the
+    activations the blocks hold at the peak: 'full' keeps each block's output and one block's activations (the
+    recompute in flight) in place of every block's; 'none' on a checkpointed run gives every block the
+    activations one recompute held."""
+    from analyses.memory import memory_breakdown
+
+    br = memory_breakdown(run)
+    if not len(br):
+        return pd.DataFrame(columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
+                                     "predicted_peak_alloc_bytes"])
+    tot = br.groupby(["rank", "device_type", "device_id"], as_index=False).bytes_at_peak.sum()
+    top = tot.sort_values("bytes_at_peak").groupby("rank").tail(1)
+    s = sc.batch.scale
+    ckpt = sc.memory.activation_checkpointing
+    blocks = run.sql(_BLOCKS_SQL) if ckpt is not None and facts is not None else None
+    rows = []
+    for r, dt, di, meas in top.itertuples(index=False):
+        cat = br[(br["rank"] == r) & (br.device_type == dt) & (br.device_id == di)].set_index("category").bytes_at_peak
+        peak_ts = int(br[(br["rank"] == r) & (br.device_type == dt) & (br.device_id == di)].peak_ts_ns.iloc[0])
+        act = float(cat.get("activations", 0))
+        if blocks is not None:
+            mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
+            act = _checkpointed_activations(g, facts, r, mine, peak_ts, act, ckpt)
+        comm_s = s if facts is not None and facts.coll_act.any() else 1.0
+        pred = (float(cat.get("parameters", 0)) + float(cat.get("gradients", 0))
+                + (0.0 if sc.memory.offload_optimizer else float(cat.get("optimizer_state", 0)))
+                + float(cat.get("communication_buffers", 0)) * comm_s
+                + (act + float(cat.get("other", 0))) * s)
+        rows.append({"rank": int(r), "device_type": int(dt), "device_id": int(di), "measured_peak_alloc_bytes": int(meas),
+                     "predicted_peak_alloc_bytes": int(round(pred))})
+    return pd.DataFrame(rows)
+
+
+def _checkpointed_activations(g, facts: OpFacts, rank: int, blocks: pd.DataFrame, peak_ts: int, act: float,
+                              ckpt: str) -> float:
+    """The activations at the peak with checkpointing as ckpt says (predict_peak)."""
+    st = g.steps[g.steps["rank"] == rank]
+    at = st[(st.ts_ns <= peak_ts) & (peak_ts < st.end_ns)]
+    if not len(at):
+        return act
+    s0, s1 = int(at.ts_ns.iloc[0]), int(at.end_ns.iloc[0])
+    live = blocks.end_ts_ns.isna() | (blocks.end_ts_ns > peak_ts)
+    ts = blocks.ts_ns.to_numpy(np.int64)
+    # the forward's blocks in the peak's step: each run of consecutive block nodes
+    on = np.flatnonzero((g.rank == rank) & (facts.block_ns > 0) & (g.start_ns >= s0) & (g.start_ns < s1))
+    on = on[np.argsort(g.start_ns[on])]
+    spans = _runs(g, on, facts)
+    rec = facts.recompute_spans
+    rec = rec[(rec["rank"] == rank) & (rec.start >= s0) & (rec.start < s1)]
+    if facts.checkpointed:
+        if not len(rec):
+            return act
+        per_block = np.mean([blocks.bytes[(ts >= a) & (ts < b) & (blocks.end_ts_ns.isna() | (blocks.end_ts_ns > b))].sum()
+                             for a, b in zip(rec.start, rec.end)])
+        held = sum(blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in zip(rec.start, rec.end))
+        outputs = sum(blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in spans)
+        k = len(spans) or len(rec)
+        return act - held - outputs + k * per_block if ckpt == "none" else act
+    if ckpt == "none" or not spans:
+        return act
+    held = [blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in spans]
+    # a block's output: the last allocation its last op made that is still live
+    outs = []
+    for a, b in spans:
+        m = live & (ts >= a) & (ts < b)
+        outs.append(int(blocks.bytes[m].iloc[-1]) if m.any() else 0)
+    return act - sum(held) + sum(outs) + float(np.mean(held))
+
+
+def _runs(g, on: np.ndarray, facts: OpFacts) -> list[tuple[int, int]]:
+    """(start, end) of each block in the forward: its period's consecutive block nodes (first pieces)."""
+    if not len(on):
+        return []
+    _, first = np.unique(g.event_id[on], return_index=True)
+    on = on[np.sort(first)]
+    period = facts.blocks[int(g.rank[on[0]])][0]
+    return [(int(g.start_ns[p[0]]), int(g.start_ns[p[-1]] + g.dur_ns[p[-1]]))
+            for p in (on[i:i + period] for i in range(0, len(on), period)) if len(p)]
