@@ -139,9 +139,12 @@ def op_facts(run, g) -> OpFacts:
                 spans.append((holder[i], ts[i], end[i]))
                 last_end = end[i]
         rec[~heavy] = 0
-        for h, a0, a1 in spans:
+        first = {}
+        for h, a0, a1 in spans:  # one recompute a backward node: from its first recomputed op to its last
             if heavy[h]:
-                recompute_spans.append((int(rank), int(tid), int(a0), int(a1)))
+                b0, b1 = first.get(h, (a0, a1))
+                first[h] = (min(a0, b0), max(a1, b1))
+        recompute_spans += [(int(rank), int(tid), int(a0), int(a1)) for a0, a1 in first.values()]
         where_top = pd.Index(tops).get_indexer(pos)
         act[sel] = any_act[where_top]
         n_ops[sel] = count[where_top]
@@ -209,11 +212,10 @@ def _blocks(g, facts: OpFacts) -> None:
     for r in np.unique(g.rank[facts.phase == FORWARD]):
         coll_r = facts.coll_act & np.array([r in set(x) for x in g.colls["present_ranks"]], bool) \
             if len(g.colls) else np.zeros(0, bool)
-        st = steps[(steps["rank"] == r) & ~steps["is_last"].astype(bool)]
-        if not len(st):
-            continue
+        st = steps[steps["rank"] == r]
         fwd_all = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD))
-        for s0, s1 in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)):
+        # every step's blocks are marked (the peak may be in the last); the times are the whole steps' only
+        for s0, s1, last in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64), st.is_last.astype(bool)):
             idx = fwd_all[(g.start_ns[fwd_all] >= s0) & (g.start_ns[fwd_all] < s1)]
             idx = idx[np.argsort(g.start_ns[idx], kind="stable")]
             # one entry per event (its first piece)
@@ -226,6 +228,8 @@ def _blocks(g, facts: OpFacts) -> None:
             mask = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
             mask &= np.isin(g.event_id, g.event_id[idx[covered]])
             facts.block_ns[mask] = g.dur_ns[mask]
+            if last:
+                continue
             # what a recompute runs again: the blocks' ops and the collectives carrying tokens inside them (tensor
             # parallelism's; FSDP's all-gathers are not run again: the backward has gathered the parameters)
             ends = g.start_ns[idx] + g.dur_ns[idx]
