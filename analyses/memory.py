@@ -8,8 +8,6 @@ from ._sql import check_scope, has_gpu_ops, prepare, query, sql_text, with_note,
 from .host_time import DATA_LOADING_PATTERN
 
 NO_MEMORY_EVENTS = "no [memory] events in this trace (profile with profile_memory=True)"
-# memory_breakdown's categories, in its row order (analyses/_memory_blocks.sql: how a block gets one)
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "communication_buffers", "other")
 
 
 def memory_bandwidth(run, rank: int | None = None, step: int | None = None, *, drop_last_step: bool = False):

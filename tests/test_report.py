@@ -194,7 +194,7 @@ def test_report_renders_in_chromium_gloo_sample(tmp_path, browser):
                  "straggler_ranking"):
         assert not by_name[name]["empty"], name
     assert by_name["top_kernels"]["empty"] and "no GPU kernels" in by_name["top_kernels"]["text"]
-    assert by_name["memory_timeline"]["empty"]
+    assert by_name["memory_timeline"]["empty"] and by_name["memory_categories"]["empty"]
 
 
 @pytest.mark.slow  # renders the report in chromium

@@ -60,5 +60,7 @@ PANEL_DATA = {
     "busbw_vs_size": (lambda run: run.analyze("collectives_matched"), "analysis collectives_matched"),
     "straggler_ranking": (lambda run: run.analyze("straggler_attribution"), "analysis straggler_attribution"),
     "memory_timeline": (lambda run: run.analyze("memory_timeline"), "analysis memory_timeline"),
+    "memory_categories": (lambda run: run.analyze("memory_category_timeline"), "analysis memory_category_timeline "
+                                                                                "(memory_breakdown's attribution)"),
     "roofline": (roofline_points, "analysis roofline and the device catalog"),
 }

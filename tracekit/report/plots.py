@@ -192,6 +192,43 @@ def memory_timeline(df):
     return fig
 
 
+def memory_categories(df):
+    """Bytes of each memory category over time, stacked in the analysis's category order, one panel row per rank
+    and device (those with the largest category first, up to four). df: memory_category_timeline."""
+    title = "Memory by category over time"
+    if df is None or df.empty:
+        return no_data_figure(title, "no [memory] events (profile with profile_memory=True)")
+    go = require_plotly()
+    from plotly.subplots import make_subplots
+
+    t0 = df["ts_ns"].min()
+    largest = df.groupby(["rank", "device_type", "device_id"])["bytes"].max().sort_values(ascending=False)
+    keys = list(largest.index[:4])
+    categories = list(dict.fromkeys(df["category"]))  # the analysis lists every category at a device's first event
+    names = [f"rank {int(r)} {'cpu' if int(d) < 0 else f'cuda:{int(d)}'}" for r, _, d in keys]
+    fig = make_subplots(rows=len(keys), cols=1, shared_xaxes=True, subplot_titles=names, vertical_spacing=0.08)
+    for row, key in enumerate(keys, start=1):
+        g = df[(df["rank"] == key[0]) & (df["device_type"] == key[1]) & (df["device_id"] == key[2])]
+        # one row per category change: hold each category's bytes until its next row
+        wide = g.pivot_table(index="ts_ns", columns="category", values="bytes", aggfunc="last").sort_index().ffill()
+        step = max(1, len(wide) // MAX_MEMORY_POINTS_PER_RANK)
+        wide = wide.iloc[::step].fillna(0)
+        x = (wide.index - t0) / NS_PER_MS
+        for i, cat in enumerate(categories):
+            fig.add_scatter(row=row, col=1, name=cat, legendgroup=cat, showlegend=row == 1, mode="lines",
+                            line={"width": 0.5, "shape": "hv", "color": _MEMORY_COLORS[i % len(_MEMORY_COLORS)]},
+                            stackgroup=f"s{row}", x=x, y=wide[cat] / MIB,
+                            hovertemplate="%{x:.3f} ms: %{y:.2f} MiB<extra>" + cat + "</extra>")
+        fig.update_yaxes(title_text="allocated (MiB)", row=row, col=1)
+    fig.update_xaxes(title_text="time since the first memory event (ms)", row=len(keys), col=1)
+    fig.update_layout(title=title + ("" if len(largest) <= len(keys) else f" (the {len(keys)} of {len(largest)} "
+                                     "devices with the most bytes)"), height=260 * len(keys) + 140)
+    return fig
+
+
+_MEMORY_COLORS = ("#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#d62728", "#7f7f7f")
+
+
 def roofline(df):
     """Achieved TFLOP/s against arithmetic intensity per rank and op kind, under each device's roof
     (min(peak, intensity x memory bandwidth)). df: report.data.roofline_points()."""
@@ -236,6 +273,7 @@ PLOTS = {
     "busbw_vs_size": busbw_vs_size,
     "straggler_ranking": straggler_ranking,
     "memory_timeline": memory_timeline,
+    "memory_categories": memory_categories,
     "roofline": roofline,
 }
 

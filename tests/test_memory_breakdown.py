@@ -1,0 +1,215 @@
+"""memory_breakdown and memory_category_timeline: what fills the allocator. A tiny trace built in code pins each
+rule of the attribution (analyses/_memory_blocks.sql) to its category; recorded training runs (the layouts job
+with profile_memory) and the shared GPU traces with [memory] events check that the categories add up to
+memory_peak's peak exactly and that activations, parameters and optimizer state are where the model puts them."""
+from __future__ import annotations
+
+import pytest
+
+import analyses
+import tracekit
+
+from .conftest import shared_trace_dir, write_trace
+
+CATEGORIES = ["parameters", "gradients", "optimizer_state", "activations", "communication_buffers", "other"]
+
+
+def _op(name, ts, dur, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+class _Alloc:
+    """[memory] events with a running Total Allocated that starts at `pre` bytes made before profiling."""
+
+    def __init__(self, pre: int):
+        self.total, self.events = pre, []
+
+    def __call__(self, ts, addr, nbytes):
+        self.total += nbytes
+        self.events.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+                            "s": "t", "args": {"Addr": addr, "Bytes": nbytes, "Total Allocated": self.total,
+                                               "Total Reserved": 0, "Device Type": 0, "Device Id": -1}})
+
+
+P = 4 * 100  # the parameter: 100 floats
+PRE = P + 2 * P + 50  # before profiling: the parameter, AdamW's two moments, 50 bytes of something else
+
+
+def _training_step_events():
+    """One step on CPU: forward, backward, AdamW step, with a block of each kind (times in us)."""
+    a = _Alloc(PRE)
+    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+          _op("data_loading", 10, 20, cat="user_annotation"),
+          _op("aten::linear", 100, 50), _op("aten::gelu", 160, 20),
+          _op("aten::cross_entropy_loss", 190, 10),
+          _op("autograd::engine::evaluate_function: GeluBackward0", 300, 50), _op("GeluBackward0", 301, 48),
+          _op("aten::gelu_backward", 305, 40),
+          _op("autograd::engine::evaluate_function: AddmmBackward0", 360, 100), _op("AddmmBackward0", 361, 98),
+          _op("aten::linear", 365, 30),  # activation checkpointing: the forward's linear run again in the backward
+          _op("aten::mm", 400, 20),
+          _op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 470, 20),
+          _op("torch::autograd::AccumulateGrad", 471, 18, **{"Input Dims": [[100]], "Input type": ["float"]}),
+          _op("c10d::allreduce_", 500, 30),
+          _op("Optimizer.step#AdamW.step", 600, 100, cat="user_annotation"),
+          _op("aten::addcdiv_", 650, 10, **{"Input Dims": [[100], [100], [100], []],
+                                            "Input type": ["float", "float", "float", "Scalar"]}),
+          _op("Optimizer.zero_grad#AdamW.zero_grad", 800, 10, cat="user_annotation")]
+    a(15, 0x10, 8)           # data loading: other, lives to the end
+    a(110, 0x20, 1000)       # forward linear: activation, freed in the backward
+    a(165, 0x30, 2000)       # forward gelu: activation
+    a(195, 0x40, 16)         # loss: other
+    a(310, 0x50, 300)        # gelu_backward: a backward temporary, freed before the backward ends: other
+    a(370, 0x60, 500)        # recompute under AddmmBackward0: activations
+    a(410, 0x70, 64)         # mm in the backward, freed inside it: other (the peak: the first event at the most)
+    a(415, 0x70, -64)
+    a(420, 0x30, -2000)
+    a(455, 0x50, -300)
+    a(458, 0x60, -500)
+    a(475, 0x80, 400)        # AccumulateGrad: the parameter's .grad, gradients
+    a(510, 0x90, 128)        # in the all-reduce: communication buffer
+    a(520, 0x90, -128)
+    a(610, 0xA0, 77)         # optimizer step, lives past it: optimizer state
+    a(620, 0xB0, 33)         # optimizer temporary freed inside it: other
+    a(625, 0xB0, -33)
+    a(650, 0x20, -1000)
+    a(805, 0x80, -400)       # zero_grad frees the gradient
+    return ev + a.events
+
+
+@pytest.fixture
+def tiny_training(tmp_path):
+    d = tmp_path / "train"
+    write_trace(d / "rank0.trace.json", _training_step_events(), rank=0, world_size=1)
+    run = tracekit.open(d, store=str(tmp_path / "s"))
+    yield run
+    run.close()
+
+
+def _by_category(df, rank=0, device_type=0):
+    rows = df[(df["rank"] == rank) & (df["device_type"] == device_type)]
+    return dict(zip(rows["category"], rows["bytes_at_peak"].astype(int)))
+
+
+def test_each_rule_gives_its_category_and_they_add_up_to_the_peak(tiny_training):
+    df = analyses.memory_breakdown(tiny_training)
+    assert list(df.columns) == list(analyses.REGISTRY["memory_breakdown"].columns)
+    assert list(df["category"]) == CATEGORIES
+    peak = analyses.memory_peak(tiny_training).iloc[0]
+    assert peak.peak_allocated_bytes == PRE + 8 + 1000 + 2000 + 16 + 300 + 500 + 64  # at 410 us
+    assert (df["peak_ts_ns"] == peak.peak_allocated_ts_ns).all()
+    assert _by_category(df) == {"parameters": P, "gradients": 0, "optimizer_state": 2 * P,
+                                "activations": 1000 + 2000 + 500, "communication_buffers": 0,
+                                "other": 50 + 8 + 16 + 300 + 64}
+    assert df["bytes_at_peak"].sum() == peak.peak_allocated_bytes
+
+
+def test_timeline_holds_every_category_at_every_event_and_the_breakdown_at_the_peak(tiny_training):
+    tl = analyses.memory_category_timeline(tiny_training)
+    assert list(tl.columns) == list(analyses.REGISTRY["memory_category_timeline"].columns)
+    wide = tl.pivot_table(index="ts_ns", columns="category", values="bytes", aggfunc="last").ffill()
+    mem = tiny_training.sql("SELECT ts_ns, total_allocated FROM memory ORDER BY ts_ns").set_index("ts_ns")
+    assert (wide.sum(axis=1) == mem["total_allocated"].reindex(wide.index)).all()
+    assert wide.loc[475_000]["gradients"] == 400  # AccumulateGrad's allocation: the parameter's .grad
+    assert wide.loc[510_000]["communication_buffers"] == 128
+    assert wide.loc[520_000]["communication_buffers"] == 0
+    assert wide.loc[610_000]["optimizer_state"] == 2 * P + 77  # the moments made before profiling, and the new block
+    assert wide.loc[620_000]["other"] - wide.loc[610_000]["other"] == 33
+    assert wide.loc[805_000]["gradients"] == 0  # zero_grad
+    peak = analyses.memory_peak(tiny_training).iloc[0]
+    assert dict(wide.loc[peak.peak_allocated_ts_ns]) == _by_category(analyses.memory_breakdown(tiny_training))
+
+
+def test_model_state_reads_the_optimizers_update(tiny_training):
+    m = analyses.memory_model_state(tiny_training).iloc[0]
+    assert (m.parameter_bytes, m.parameter_bytes_source, bool(m.adam)) == (P, "optimizer", True)
+    assert m.pre_profiling_bytes_at_peak == PRE
+
+
+def test_without_shapes_the_bytes_before_profiling_are_other_and_the_note_says_why(tmp_path):
+    ev = [e for e in _training_step_events() if e["name"] not in ("aten::addcdiv_", "torch::autograd::AccumulateGrad")]
+    write_trace(tmp_path / "t" / "rank0.trace.json", ev, rank=0, world_size=1)
+    run = tracekit.open(tmp_path / "t", store=str(tmp_path / "s"))
+    df = analyses.memory_breakdown(run)
+    by = _by_category(df)
+    assert by["parameters"] == by["optimizer_state"] == 0 and by["other"] == PRE + 8 + 16 + 300 + 64
+    assert f"rank 0: {PRE:,} bytes allocated before profiling are in other" in df.attrs["note"]
+
+
+def test_no_memory_events_gives_an_empty_table_and_memory_peaks_note(tiny_dir, tmp_path):
+    ev = [e for e in _training_step_events() if e["name"] != "[memory]"]
+    write_trace(tmp_path / "n" / "rank0.trace.json", ev, rank=0, world_size=1)
+    run = tracekit.open(tmp_path / "n", store=str(tmp_path / "s"))
+    for name in ("memory_breakdown", "memory_category_timeline"):
+        df = run.analyze(name)
+        assert df.empty and df.attrs["note"] == analyses.memory_peak(run).attrs["note"], name
+
+
+def test_gpu_memory_events_are_attributed_like_cpu_ones(tiny_dir, tmp_path):
+    # tiny_events: one 64-byte allocation per step on cuda:0 inside aten::mm in the step (the forward), never freed
+    run = tracekit.open(tiny_dir, store=str(tmp_path / "s"))
+    df = analyses.memory_breakdown(run)
+    peak = analyses.memory_peak(run).set_index("rank")
+    for rank, g in df.groupby("rank"):
+        assert (g["device_type"] == 1).all()
+        assert g["bytes_at_peak"].sum() == peak.loc[rank, "peak_allocated_bytes"]
+        assert _by_category(g, rank, 1)["activations"] == 2 * 64  # both steps' allocations, alive at the peak
+
+
+# --- recorded runs ---------------------------------------------------------------------------------------------
+
+def _record(base, layout, checkpointing):
+    from tracekit.capture import layouts
+
+    pytest.importorskip("torch")
+    cfg = layouts.LayoutConfig(out_dir=str(base / f"{layout}_{checkpointing}"), layout=layout, ranks=2, steps=2,
+                               warmup=1, timed_steps=0, profile_memory=True, checkpointing=checkpointing)
+    layouts.run(cfg)
+    return cfg, tracekit.open(cfg.out_dir, store=str(base / f"{layout}_{checkpointing}.store"))
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("memory_runs")
+    return {(lay, ck): _record(base, lay, ck) for lay in ("ddp", "fsdp") for ck in ("none", "full")}
+
+
+def _peak_sums_match(run):
+    df = analyses.memory_breakdown(run)
+    sums = df.groupby(["rank", "device_type", "device_id"])["bytes_at_peak"].sum()
+    peak = analyses.memory_peak(run).set_index(["rank", "device_type", "device_id"])["peak_allocated_bytes"]
+    assert len(peak) and (sums.reindex(peak.index) == peak).all()
+    return df
+
+
+@pytest.mark.slow  # four real 2-rank gloo training jobs
+def test_recorded_runs_add_up_and_checkpointing_cuts_the_activations(recorded):
+    from tracekit.capture import layouts
+
+    for lay in ("ddp", "fsdp"):
+        act = {}
+        for ck in ("none", "full"):
+            cfg, run = recorded[(lay, ck)]
+            df = _peak_sums_match(run)
+            by = df.groupby("category")["bytes_at_peak"].max()
+            act[ck] = by["activations"]
+            assert by["activations"] > 0, (lay, ck)
+            param_bytes = layouts.model_params(cfg) * 4  # fp32
+            state = analyses.memory_model_state(run).set_index("rank")
+            # the optimizer's update sees the parameters each rank holds: all of them under DDP, half under FSDP
+            expect = param_bytes if lay == "ddp" else param_bytes / 2
+            assert state["parameter_bytes"].tolist() == pytest.approx([expect] * 2, rel=0.01), (lay, ck)
+            assert state["adam"].all()
+            # never more parameters or optimizer state than the model has (FSDP gathers at most all of it)
+            assert by["parameters"] <= param_bytes * 1.1 and by["optimizer_state"] <= 2 * param_bytes, (lay, ck)
+        assert act["full"] < act["none"] / 2, (lay, act)
+
+
+@pytest.mark.slow  # ingests the shared GPU traces
+@pytest.mark.parametrize("rel,rank_from", [("hta/df_index_resolver", "auto"), ("tracelens/h100_qwen_inference", "order")])
+def test_shared_gpu_traces_add_up_to_the_peak(tmp_path, rel, rank_from):
+    run = tracekit.open(shared_trace_dir(rel), store=str(tmp_path / "s"), rank_from=rank_from)
+    df = _peak_sums_match(run)
+    gpu = df[df["device_type"] == 1]
+    assert len(gpu) == len(CATEGORIES) and gpu.set_index("category").loc["activations", "bytes_at_peak"] > 0
+    # neither trace records shapes: the weights loaded before profiling are other, and the note says so
+    assert "bytes allocated before profiling are in other" in df.attrs["note"]
