@@ -32,40 +32,13 @@ CREATE OR REPLACE TEMP MACRO _comm_moved_nelems(op, i, o) AS (
   CASE WHEN op IN ('all_gather', 'reduce_scatter', 'all_to_all') THEN greatest(i, coalesce(o, i)) ELSE i END
 );
 
--- _comm_dtype_bytes(dtype): element size of a dtype as PyTorch, NCCL args or NCCL kernel names spell it.
--- 1-byte and 8-byte spellings are tested before the 4-byte ones they contain ('int8', 'int64' hold 'int').
-CREATE OR REPLACE TEMP MACRO _comm_dtype_bytes(d) AS (
-  CASE
-    WHEN d IS NULL THEN NULL
-    WHEN regexp_matches(lower(d), 'float8|fp8|e4m3|e5m2|^f8') THEN 1
-    WHEN regexp_matches(lower(d), 'bfloat16|bf16|half|float16|f16|int16|short|^[iu]16$') THEN 2
-    WHEN regexp_matches(lower(d), 'double|float64|f64|int64|long|^[iu]64$') THEN 8
-    WHEN regexp_matches(lower(d), 'int8|char|bool|byte|^[iu]8$') THEN 1
-    WHEN regexp_matches(lower(d), 'float|f32|int|^[iu]32$') THEN 4
-  END
-);
+-- shapes and element sizes of operator arguments: _tensor_dtype_bytes, _tensor_arg_nelems, _tensor_first_type
+-- @include _tensor_args
 
 -- _comm_kernel_dtype(name): the dtype NCCL writes into a kernel name (ncclDevKernel_AllReduce_Sum_f16_RING_LL,
 -- ncclKernel_AllReduce_RING_LL_Sum_float); NULL for byte-oriented kernels (AllGather) that carry none.
 CREATE OR REPLACE TEMP MACRO _comm_kernel_dtype(n) AS (
   nullif(regexp_extract(n, '_(bf16|f16|f32|f64|f8e4m3|f8e5m2|i8|u8|i32|u32|i64|u64|float|half|double|int8_t|uint8_t|int32_t|uint32_t|int64_t|uint64_t)(_|\(|$)', 1), '')
-);
-
--- _comm_arg_nelems(dims, i): elements of argument i of an Input Dims JSON list: a shape ([4, 2048]) or a
--- tensor list ([[4, 2048], [8]], summed); NULL when the argument is not a tensor.
-CREATE OR REPLACE TEMP MACRO _comm_arg_nelems(dims, i) AS (
-  CASE
-    WHEN json_type(dims, '$[' || i || '][0]') = 'ARRAY' THEN
-      list_sum(list_transform(TRY_CAST(json_extract(dims, '$[' || i || ']')::VARCHAR AS BIGINT[][]),
-                              lambda s: list_aggregate(s, 'product')::BIGINT))::BIGINT
-    WHEN json_type(dims, '$[' || i || '][0]') IN ('BIGINT', 'UBIGINT') THEN
-      list_aggregate(TRY_CAST(json_extract(dims, '$[' || i || ']')::VARCHAR AS BIGINT[]), 'product')::BIGINT
-  END
-);
-
--- _comm_first_type(types): the first tensor element type of an Input type JSON list, '' and TensorList skipped.
-CREATE OR REPLACE TEMP MACRO _comm_first_type(types) AS (
-  list_filter(TRY_CAST(types AS VARCHAR[]), lambda t: t NOT IN ('', 'TensorList', 'Scalar', 'ScalarList', 'GenericList'))[1]
 );
 
 -- _comm_rank_groups: per rank, the single process group distributedInfo names (when it names exactly one),
@@ -200,14 +173,14 @@ CREATE OR REPLACE TEMP TABLE _comm_loose_pairs AS
 WITH calls AS (
   SELECT c.rank, c.event_id, _comm_op(c.name) AS op, c.ts_ns,
          CASE WHEN regexp_matches(c.name, '_base_$|allgather|reduce_scatter|alltoall|gather_|scatter_')
-              THEN _comm_arg_nelems(c.input_dims, 1) ELSE _comm_arg_nelems(c.input_dims, 0) END AS nelems
+              THEN _tensor_arg_nelems(c.input_dims, 1) ELSE _tensor_arg_nelems(c.input_dims, 0) END AS nelems
   FROM _comm_calls c
   WHERE c.name LIKE 'c10d::%'
     AND NOT EXISTS (SELECT 1 FROM _comm_call_kernels k WHERE k.rank = c.rank AND k.call_event_id = c.event_id)
     AND NOT EXISTS (SELECT 1 FROM _comm_nested_annotations a WHERE a.rank = c.rank AND a.call_event_id = c.event_id)
 ),
 loose AS (
-  SELECT a.*, _comm_arg_nelems(a.input_dims, 0) AS nelems FROM _comm_annotations a
+  SELECT a.*, _tensor_arg_nelems(a.input_dims, 0) AS nelems FROM _comm_annotations a
   WHERE NOT EXISTS (SELECT 1 FROM _comm_nested_annotations x WHERE x.rank = a.rank AND x.event_id = a.event_id)
 ),
 by_size AS (
@@ -260,18 +233,18 @@ from_calls AS (
          coalesce(c.coll_name, k.coll_name) AS coll_name,
          -- the dtype: the metadata's, else the element type the annotation or the call itself records (FSDP's
          -- _allgather_base_ / _reduce_scatter_base_ calls carry their tensors' types)
-         coalesce(c.coll_dtype, k.coll_dtype, _comm_first_type(coalesce(n.input_types, p.input_types)),
-                  _comm_first_type(c.input_types),
+         coalesce(c.coll_dtype, k.coll_dtype, _tensor_first_type(coalesce(n.input_types, p.input_types)),
+                  _tensor_first_type(c.input_types),
                   _comm_kernel_dtype(k.kernel_name)) AS dtype,
          -- the size, from every place the trace keeps it: the collective metadata (record_param_comms, the
          -- kernel), the call's Input Dims, else the nccl:* / gloo:* annotation's (DDP's all_reduce takes a
          -- TensorList, which older builds record with empty Input Dims; the annotation has the flat buffer)
-         coalesce(c.in_msg_nelems, k.in_msg_nelems, _comm_arg_nelems(c.input_dims, 0),
-                  _comm_arg_nelems(coalesce(n.input_dims, p.input_dims), 0)) AS in_nelems,
-         coalesce(c.out_msg_nelems, k.out_msg_nelems, _comm_arg_nelems(c.input_dims, 1)) AS out_nelems,
+         coalesce(c.in_msg_nelems, k.in_msg_nelems, _tensor_arg_nelems(c.input_dims, 0),
+                  _tensor_arg_nelems(coalesce(n.input_dims, p.input_dims), 0)) AS in_nelems,
+         coalesce(c.out_msg_nelems, k.out_msg_nelems, _tensor_arg_nelems(c.input_dims, 1)) AS out_nelems,
          CASE WHEN coalesce(c.in_msg_nelems, k.in_msg_nelems) IS NOT NULL THEN 'args'
-              WHEN _comm_arg_nelems(c.input_dims, 0) IS NOT NULL THEN 'input_dims'
-              WHEN _comm_arg_nelems(coalesce(n.input_dims, p.input_dims), 0) IS NOT NULL THEN 'annotation' END
+              WHEN _tensor_arg_nelems(c.input_dims, 0) IS NOT NULL THEN 'input_dims'
+              WHEN _tensor_arg_nelems(coalesce(n.input_dims, p.input_dims), 0) IS NOT NULL THEN 'annotation' END
            AS size_source,
          coalesce(c.group_size, k.group_size) AS group_size,
          -- the group: the collective metadata's, else the flight recorder's (gloo), else a p2p call's resolved one
@@ -282,7 +255,7 @@ from_calls AS (
          pp.peer AS p2p_peer, pp.tag AS p2p_tag,
          -- what the backend ran, where the runloop's annotation says (gloo:all_reduce for a reduce-scatter call),
          -- and the elements of its buffer: the collective the network carried
-         _comm_op(p.name) AS run_op, _comm_arg_nelems(p.input_dims, 0) AS run_nelems
+         _comm_op(p.name) AS run_op, _tensor_arg_nelems(p.input_dims, 0) AS run_nelems
   FROM _comm_calls c
   LEFT JOIN kagg k ON k.rank = c.rank AND k.call_event_id = c.event_id
   LEFT JOIN _comm_nested_annotations n ON n.rank = c.rank AND n.call_event_id = c.event_id
@@ -312,7 +285,7 @@ gpu_ranks AS (SELECT DISTINCT rank FROM _comm_kernels),
 typed AS (
   SELECT r.*,
          coalesce(_comm_op(r.coll_name), _comm_op(r.cpu_name), _comm_op(r.annotation_name), _comm_op(r.kernel_name)) AS op,
-         _comm_dtype_bytes(r.dtype) AS elem_bytes,
+         _tensor_dtype_bytes(r.dtype) AS elem_bytes,
          coalesce(r.pg_name, g.pg_name) AS group_name,
          coalesce(r.pg_desc, pc.pg_desc, g.pg_desc) AS group_desc,
          coalesce(TRY_CAST(r.pg_ranks_text AS BIGINT[]), pc.pg_ranks, g.pg_ranks) AS group_ranks,

@@ -9,7 +9,7 @@ WITH _layers AS (
   SELECT 'data_loading' AS layer, 'cpu' AS timeline, rank, NULL::BIGINT AS step, ts_ns, ts_ns + dur_ns AS end_ns
   FROM events
   WHERE cat IN ('cpu_op', 'user_annotation') AND dur_ns > 0
-    AND regexp_matches(name, '(?i)(data_?loading|dataloader|_next_data|enumerate\(DataLoader\))')
+    AND regexp_matches(name, $data_loading_pattern)
     AND ($rank IS NULL OR rank = $rank)
 ),
 -- @include _islands

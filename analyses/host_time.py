@@ -5,11 +5,15 @@ from __future__ import annotations
 from ._sql import check_scope, query, with_note
 from .depgraph.model import SYNC_CALLS
 
+# The CPU operators and annotations that load data (DataLoader iteration, _next_data, data_loading / dataloader
+# annotations): data_loading's union, and memory_breakdown's data-loading allocations (other, not activations).
+DATA_LOADING_PATTERN = r"(?i)(data_?loading|dataloader|_next_data|enumerate\(DataLoader\))"
+
 
 def data_loading(run, rank: int | None = None):
     """Per rank: the union of the CPU operators and annotations that load data, and its disjoint spans."""
     check_scope(run, rank)
-    df = query(run, "data_loading", rank=rank)
+    df = query(run, "data_loading", rank=rank, data_loading_pattern=DATA_LOADING_PATTERN)
     return df if len(df) else with_note(df, "no data-loading operators or annotations (DataLoader, _next_data, "
                                             "data_loading) in this scope")
 

@@ -1,7 +1,15 @@
-"""Memory copy bandwidth and allocator timeline (analyses/memory_*.sql)."""
+"""Memory copy bandwidth, the allocator's timeline and peak, and what fills it (analyses/memory_*.sql; the
+block attribution memory_breakdown and memory_category_timeline share is analyses/_memory_blocks.sql)."""
 from __future__ import annotations
 
-from ._sql import check_scope, has_gpu_ops, prepare, query, with_note, NO_GPU
+from tracekit.store.sql import statements
+
+from ._sql import check_scope, has_gpu_ops, prepare, query, sql_text, with_note, NO_GPU
+from .host_time import DATA_LOADING_PATTERN
+
+NO_MEMORY_EVENTS = "no [memory] events in this trace (profile with profile_memory=True)"
+# memory_breakdown's categories, in its row order (analyses/_memory_blocks.sql: how a block gets one)
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "communication_buffers", "other")
 
 
 def memory_bandwidth(run, rank: int | None = None, step: int | None = None, *, drop_last_step: bool = False):
@@ -23,7 +31,18 @@ def memory_bandwidth_summary(run, rank: int | None = None, step: int | None = No
 def _memory(name, run, rank):
     check_scope(run, rank)
     df = query(run, name, rank=rank)
-    return df if len(df) else with_note(df, "no [memory] events in this trace (profile with profile_memory=True)")
+    return df if len(df) else with_note(df, NO_MEMORY_EVENTS)
+
+
+def _attributed(name, run, rank):
+    """An analysis over the block attribution: the operators' helpers installed first (_cpu_op_is_comm, the
+    argument shapes' macros)."""
+    check_scope(run, rank)
+    prepare(run)
+    for stmt in statements(sql_text("_tensor_args")):
+        run.sql(stmt)
+    df = query(run, name, rank=rank, data_loading_pattern=DATA_LOADING_PATTERN)
+    return df if len(df) else with_note(df, NO_MEMORY_EVENTS)
 
 
 def memory_timeline(run, rank: int | None = None):
@@ -34,3 +53,28 @@ def memory_timeline(run, rank: int | None = None):
 def memory_peak(run, rank: int | None = None):
     """Peak allocated / reserved bytes per rank and device."""
     return _memory("memory_peak", run, rank)
+
+
+def memory_breakdown(run, rank: int | None = None):
+    """Per rank, device and category, the bytes live at memory_peak's peak; the six categories add up to its
+    peak_allocated_bytes. The note says where bytes allocated before profiling could not be split."""
+    df = _attributed("memory_breakdown", run, rank)
+    if len(df):
+        unsplit = memory_model_state(run, rank).query("parameter_bytes.isna() and pre_profiling_bytes_at_peak > 0")
+        if len(unsplit):
+            with_note(df, "; ".join(
+                f"rank {int(r.rank)}: {int(r.pre_profiling_bytes_at_peak):,} bytes allocated before profiling are in "
+                "other: the trace records no parameter shapes to split them by (profile with record_shapes=True)"
+                for r in unsplit.itertuples()))
+    return df
+
+
+def memory_model_state(run, rank: int | None = None):
+    """Per rank, the parameter bytes the trace's shapes show and its optimizer: what splits the bytes allocated
+    before profiling in memory_breakdown."""
+    return _attributed("memory_model_state", run, rank)
+
+
+def memory_category_timeline(run, rank: int | None = None):
+    """Per rank, device and category, the bytes live over time (memory_breakdown's attribution at every event)."""
+    return _attributed("memory_category_timeline", run, rank)

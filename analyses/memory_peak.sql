@@ -8,12 +8,9 @@
 -- @column peak_allocated_ts_ns  first time it was reached, trace clock ns
 -- @column peak_reserved_bytes   largest total reserved, bytes
 -- @column allocated_bytes_end   total allocated after the last event, bytes
-SELECT rank, device_type, device_id, count(*) AS event_count,
-       max(total_allocated) AS peak_allocated_bytes,
-       arg_max(ts_ns, (total_allocated, -ts_ns)) AS peak_allocated_ts_ns,
-       max(total_reserved) AS peak_reserved_bytes,
-       arg_max(total_allocated, (ts_ns, event_id)) AS allocated_bytes_end
-FROM memory
-WHERE ($rank IS NULL OR rank = $rank)
-GROUP BY rank, device_type, device_id
+WITH _mem_events AS (SELECT * FROM memory WHERE ($rank IS NULL OR rank = $rank)),
+-- @include _memory_peak
+SELECT rank, device_type, device_id, event_count, peak_allocated_bytes, peak_ts_ns AS peak_allocated_ts_ns,
+       peak_reserved_bytes, allocated_bytes_end
+FROM _mem_peak
 ORDER BY rank, device_type, device_id

@@ -61,6 +61,12 @@ _ANALYSES = (
     Analysis("memory_bandwidth_summary", "memory", "memcpy/memset bytes, time and bandwidth by direction"),
     Analysis("memory_timeline", "memory", "allocated / reserved bytes over time from [memory] events"),
     Analysis("memory_peak", "memory", "peak allocated / reserved bytes per device"),
+    Analysis("memory_breakdown", "memory", "bytes at the memory peak by category: parameters, gradients, optimizer "
+                                           "state, activations, communication buffers, other"),
+    Analysis("memory_model_state", "memory", "parameter bytes from the recorded shapes and the optimizer per rank: "
+                                             "what splits memory_breakdown's bytes allocated before profiling"),
+    Analysis("memory_category_timeline", "memory", "bytes of each memory category over time (memory_breakdown's "
+                                                   "attribution at every allocation and free)"),
     Analysis("gpu_time_by_annotation", "attribution", "GPU time per innermost gpu_user_annotation"),
     Analysis("gpu_time_by_cpu_op", "attribution", "GPU time per launching CPU op (innermost and top-level)"),
     Analysis("kernel_sequences", "attribution", "most frequent kernel sequences under an operator"),

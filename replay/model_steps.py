@@ -46,6 +46,7 @@ class ModelInfo:
     reconfigurations: int | None = None  # optical circuit reconfigurations (None: no [optical])
     step_delta: dict[int, int] | None = None  # rank -> ns a tensor / pipeline split adds to each of its steps
     hardware: RetimedOps | None = None  # the GPU ops [hardware] re-timed
+    memory: object | None = None  # memory.OpFacts: what [batch] and [memory] read of the run's ops
 
 
 @dataclass
@@ -73,6 +74,27 @@ def compute_step(g, sc: Scenario, run, st: ModelState) -> None:
         f[g.rank[g.dst] == int(r)] *= k
     sel = thread & (f != 1.0)
     st.lag_ns[sel] = np.rint(st.lag_ns[sel] * f[sel]).astype(np.int64)
+
+
+def memory_step(g, sc: Scenario, run, st: ModelState) -> None:
+    """[batch] scale and [memory]: the ops that follow the step's tokens, checkpoint recompute, the optimizer's
+    offload (replay/memory.py)."""
+    if sc.batch.scale == 1.0 and not sc.memory.changes_memory:
+        return
+    from . import memory
+
+    if run is None:
+        raise ScenarioError(f"{sc.where}: [batch] and [memory] read the run's ops and allocations: replay a stored run")
+    facts = memory.op_facts(run, g)
+    got = memory.retime(g, run, sc, facts, st.dur_ns)
+    touched = got.factor != 1.0
+    st.dur_ns[touched] = np.rint(st.dur_ns[touched] * got.factor[touched]).astype(np.int64)
+    st.dur_ns += got.added_ns
+    if (got.colls_bytes_scale != 1.0).any():
+        b = st.colls["bytes"].to_numpy(dtype="float64", na_value=np.nan)
+        st.colls = st.colls.assign(bytes=pd.array(np.rint(b * got.colls_bytes_scale), dtype="Int64"))
+    st.notes += got.notes
+    st.info.memory = facts
 
 
 def hardware_step(g, sc: Scenario, run, st: ModelState) -> None:
@@ -439,7 +461,7 @@ def _host_scales(hosts, host_of: dict[int, int], where: str) -> dict[int, float]
     return out
 
 
-MODEL_STEPS = (topology_step, compute_step, hardware_step, parallelism_step, comm_step)
+MODEL_STEPS = (topology_step, compute_step, memory_step, hardware_step, parallelism_step, comm_step)
 
 
 def apply_models(g, scenario: Scenario | None, run=None):

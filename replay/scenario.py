@@ -28,7 +28,7 @@ from .compute import Speedup
 from .failures import DEFAULT_STRATEGY, make_strategy, strategy_parameters
 from .costs import LinkOverride
 from .optical import Phase
-from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride, NetworkSpec,
+from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, BatchSpec, HardwareSpec, HostOverride, MemorySpec, NetworkSpec,
                     OpticalSpec,
                     ParallelismSpec, Scenario, TopologySpec)
 
@@ -87,7 +87,7 @@ def scenario_from_dict(doc: dict, source: str = "<scenario>") -> Scenario:
     sc = Scenario(**top, network=net, compute=compute, optical=optical,
                   parallelism=ParallelismSpec(**d.get("parallelism", {})),
                   topology=_topology(d.get("topology", {}), fail), hardware=_hardware(d.get("hardware", {}), source),
-                  source=source)
+                  memory=MemorySpec(**d.get("memory", {})), batch=BatchSpec(**d.get("batch", {})), source=source)
     return replace(sc, failures=_failures(d["failures"], sc, fail)) if "failures" in d else sc
 
 

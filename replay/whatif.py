@@ -24,6 +24,13 @@ COLUMNS = {
     "measured_exposed_comm_ns": "exposed communication per step of the measured run (the exposed_comm analysis; "
                                 "worst rank's median), ns",
     "exposed_comm_ns": "the same analysis on the replayed run, ns (a folded replay: its representative ranks')",
+    "predicted_peak_alloc_bytes": "the largest rank's peak of allocated memory under the scenario (its device with the "
+                                  "largest measured peak; the measured row: the measured peak), bytes (NULL: the "
+                                  "trace has no [memory] events)",
+    "device_memory_bytes": "that rank's device memory capacity ([hardware] gpu's, else the trace's or the catalog's "
+                           "for its device), bytes (NULL: unknown)",
+    "fits": "whether every rank's predicted peak leaves [memory] reserve_pct of its device free (NULL: capacity "
+            "unknown)",
     "reconfigurations": "optical circuit reconfigurations in the replayed steps (NULL: no [optical])",
     "goodput_pct": "useful time / wall time over the whole job under [failures] (NULL: none)",
     "effective_training_pct": "effective training time under [failures], Meta's definition (NULL: none)",
@@ -84,7 +91,8 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     rows = [{"scenario": "measured", "measured_step_ns": measured, "predicted_step_ns": measured, "change_pct": 0.0,
              "throughput_steps_per_s": 1e9 / measured if measured else None,
              "throughput_samples_per_s": gbs * 1e9 / measured if gbs and measured else None,
-             "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": meas_exposed}]
+             "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": meas_exposed,
+             **_memory_columns(run, g, None, None)}]
     results = []
     for sc in scens:
         res = replay(run, sc, graph=g, fold=fold)
@@ -94,12 +102,14 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         out = os.path.join(out_dir, _safe(sc.name)) if out_dir else None
         exp = _predicted_exposed_ns(res, out)
         dp = sc.parallelism.dp
-        scale = dp / par["dp"] if dp and par.get("dp") else 1.0
+        scale = (dp / par["dp"] if dp and par.get("dp") else 1.0) * sc.batch.scale
         row = {"scenario": sc.name, "measured_step_ns": measured, "predicted_step_ns": pred,
                "change_pct": 100.0 * (pred - measured) / measured if measured else None,
                "throughput_steps_per_s": 1e9 / pred if pred else None,
                "throughput_samples_per_s": gbs * scale * 1e9 / pred if gbs and pred else None,
-               "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": exp}
+               "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": exp,
+               **_memory_columns(run, g, sc, res)}
+        res.notes.extend(row.pop("_notes", []))
         if sc.optical is not None:
             row["reconfigurations"] = res.info.reconfigurations
         if sc.failures is not None:
@@ -114,6 +124,40 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     df = pd.DataFrame(rows).reindex(columns=[c for c in COLUMNS if c != "out" or out_dir])
     df.attrs["notes"] = {r.scenario.name: list(r.notes) for r in results}  # plain data: attrs are deep-copied
     return df
+
+
+def _memory_columns(run, g, sc, res) -> dict:
+    """predicted_peak_alloc_bytes, device_memory_bytes and fits (COLUMNS) for one row; sc None: the measured run."""
+    from analyses.devices import fit_verdict, memory_capacities
+
+    from . import memory
+    from .specs import Scenario
+
+    sc = sc or Scenario()
+    peaks = memory.predict_peak(run, g, res.info.memory if res is not None else None, sc) if _has_memory(run) else None
+    if peaks is None or not len(peaks):
+        return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
+    hw = sc.hardware
+    caps = memory_capacities(run, list(zip(peaks["rank"], peaks.device_id)), device=hw.gpu, devices=hw.catalog)
+    worst, notes = None, []
+    for r, di, pred in zip(peaks["rank"], peaks.device_id, peaks.predicted_peak_alloc_bytes):
+        cap = caps.get((r, di), (None, None))[0]
+        ok, note = fit_verdict(pred, cap, sc.memory.reserve_pct)
+        key = (ok is False, pred / cap if cap else 0.0, pred)
+        if worst is None or key > worst[0]:
+            worst = (key, pred, cap, ok)
+        if note:
+            notes.append(f"{sc.where}: rank {r}: {note}")
+    _, pred, cap, ok = worst
+    known = all((r, di) in caps for r, di in zip(peaks["rank"], peaks.device_id))
+    return {"predicted_peak_alloc_bytes": int(pred), "device_memory_bytes": cap,
+            "fits": (all(fit_verdict(p, caps[(r, di)][0], sc.memory.reserve_pct)[0]
+                         for r, di, p in zip(peaks["rank"], peaks.device_id, peaks.predicted_peak_alloc_bytes))
+                     if known else None), "_notes": notes[:3]}
+
+
+def _has_memory(run) -> bool:
+    return bool(run.sql("SELECT count(*) > 0 AS has FROM (SELECT 1 FROM memory LIMIT 1)").has.iloc[0])
 
 
 def _safe(name: str) -> str:

@@ -1,0 +1,435 @@
+"""[memory] and [batch]: activation checkpointing, the optimizer's state offloaded to the host, and the global batch,
+re-timed on the run's own ops (the step time) and attributed on its allocations (the peak, predict_peak).
+
+What the trace shows, per graph node (op_facts):
+- its phase: backward (autograd's `evaluate_function: ...` nodes), optimizer (inside an `Optimizer.step#` or
+  `Optimizer.zero_grad#` range), else forward and the rest;
+- whether it works on the step's tokens: its op, or one nested in it, reads a tensor of two or more dimensions that
+  is not a parameter's shape (the parameters' shapes are those autograd's `AccumulateGrad` records). Those ops
+  follow the tokens a rank holds; the optimizer, gradient accumulation, DDP's and FSDP's copies of flat buffers do not;
+- the ops in it, for the run's own per-op floor: the median time of the rank's ops that move no data (views,
+  transposes, ...); an op's floor does not scale, the rest of its time does;
+- checkpoint recompute nested in it: a backward node whose nested ops carry an autograd sequence number ran a
+  forward again (inside a backward, only a recompute builds autograd nodes);
+- the repeated blocks of the forward: the smallest period of the forward's op-name sequence whose repeats hold most
+  of its token-following time (Lumos' layer grouping, found without annotations).
+
+The batch scale s: a token-following op takes floor + (t - floor) x s (GPU kernels: the rank's smallest kernel as
+the floor; a GPU rank's CPU ops launch and do not scale); a collective whose tensors carry the tokens (tensor
+parallelism's all-reduces, a pipeline's sends) carries s x its bytes; a gradient or parameter collective is
+unchanged. Checkpointing "full" on a run without it adds the blocks' forward time to the backward (each backward
+node s time x (1 + recompute / backward), per rank); "none" on a checkpointed run takes the nested recompute out of
+the nodes that ran it. Offloading the optimizer's state moves it to the device and back over the host link in the
+optimizer step (device catalog `host_link_gbps`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analyses import depgraph as _graph
+
+from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT  # noqa: F401 (the [memory] reserve_pct default)
+
+CHECKPOINTING = ("none", "full")
+
+FORWARD, BACKWARD, OPTIMIZER, OTHER = 1, 2, 3, 0
+BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
+# ops that move no data: their median time is the run's per-op floor
+VIEW_OPS = ("aten::view", "aten::reshape", "aten::transpose", "aten::t", "aten::as_strided", "aten::slice",
+            "aten::select", "aten::expand", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::detach",
+            "aten::_unsafe_view", "aten::alias", "aten::empty")
+# a block must hold at least this share of the forward's token-following time, relative to the best period
+BLOCK_COVERAGE = 0.9
+
+_EVENTS_SQL = """
+WITH p AS (
+    SELECT rank, list(DISTINCT json_extract(input_dims, '$[0]')::VARCHAR) AS shapes
+    FROM events WHERE ph = 'X' AND name = 'torch::autograd::AccumulateGrad' AND input_dims IS NOT NULL
+    GROUP BY rank)
+SELECT e.rank, e.tid, e.event_id, e.name, e.ts_ns, e.dur_ns, coalesce(e.sequence_number, -1) AS seq,
+       coalesce(len(list_filter(CAST(json_transform(e.input_dims, '["JSON"]') AS VARCHAR[]),
+                                lambda t: json_array_length(t) >= 2 AND NOT list_contains(coalesce(p.shapes, []), t))) > 0,
+                false) AS act
+FROM events e LEFT JOIN p USING (rank)
+WHERE e.ph = 'X' AND e.cat IN ('cpu_op', 'user_annotation', 'cuda_runtime', 'cuda_driver')
+  AND e.dur_ns IS NOT NULL
+"""
+
+
+@dataclass
+class OpFacts:
+    """Per graph node what the memory and batch what-ifs need (module docstring)."""
+    phase: np.ndarray  # int8 FORWARD | BACKWARD | OPTIMIZER | OTHER
+    act: np.ndarray  # bool: follows the step's tokens
+    n_ops: np.ndarray  # int64: ops in it (itself and nested)
+    recompute_ns: np.ndarray  # int64: checkpoint recompute nested in it
+    block_ns: np.ndarray  # int64: its time when it is a forward node inside a repeated block
+    floor_ns: dict  # rank -> per-op floor (CPU ops), ns
+    kernel_floor_ns: dict  # rank -> smallest compute kernel, ns (GPU ranks)
+    coll_act: np.ndarray  # per collective row of g.colls: its tensors carry the tokens
+    coll_recompute: np.ndarray  # per collective row: called inside a checkpoint recompute
+    recompute_spans: pd.DataFrame  # rank, tid, start, end of each recompute (outermost op)
+    # rank -> (period of the forward's blocks, what recomputing them takes, the backward's time, steps) over its
+    # whole steps
+    blocks: dict = field(default_factory=dict)
+
+    @property
+    def checkpointed(self) -> bool:
+        return bool(self.recompute_ns.any())
+
+
+def op_facts(run, g) -> OpFacts:
+    ev = run.sql(_EVENTS_SQL)
+    opt = run.sql("SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE ph = 'X' AND "
+                  "(name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%')")
+    n = len(g.kind)
+    phase = np.zeros(n, np.int8)
+    act = np.zeros(n, bool)
+    n_ops = np.ones(n, np.int64)
+    recompute = np.zeros(n, np.int64)
+    floor, kfloor = {}, {}
+    recompute_spans = []  # (rank, tid, start, end) of each recompute
+    cpu = g.kind == _graph.K["cpu"]
+    rt = g.kind == _graph.K["runtime"]
+    names = g.name.astype(object)
+    is_bwd = np.array([isinstance(s, str) and s.startswith(BACKWARD_PREFIX) for s in names])
+    key_ev = pd.MultiIndex.from_arrays([ev["rank"].to_numpy(np.int64), ev["event_id"].to_numpy(np.int64)])
+    ev_act = pd.Series(ev["act"].to_numpy(bool), index=key_ev)
+    for (rank, tid), e in ev.groupby(["rank", "tid"], sort=False):
+        e = e.sort_values(["ts_ns", "dur_ns"], ascending=[True, False])
+        ids = e.event_id.to_numpy(np.int64)
+        ts = e.ts_ns.to_numpy(np.int64)
+        end = ts + e.dur_ns.to_numpy(np.int64)
+        sel = np.flatnonzero((g.rank == rank) & (cpu | rt) & np.isin(g.event_id, ids))
+        if not len(sel):
+            continue
+        pos = pd.Index(ids).get_indexer(g.event_id[sel])
+        # the top-level node events of this thread, in time order, and which of them holds each event
+        tops = np.unique(pos)
+        tops = tops[np.argsort(ts[tops], kind="stable")]
+        at = np.searchsorted(ts[tops], ts, side="right") - 1
+        inside = (at >= 0) & (ts < end[tops[np.maximum(at, 0)]])
+        inside |= (at >= 0) & (ts == ts[tops[np.maximum(at, 0)]])
+        holder = np.where(inside, at, -1)
+        a = e.act.to_numpy(bool)
+        any_act = np.zeros(len(tops), bool)
+        np.logical_or.at(any_act, holder[holder >= 0], a[holder >= 0])
+        count = np.bincount(holder[holder >= 0], minlength=len(tops))
+        # checkpoint recompute: ops with an autograd sequence number nested in a backward node (not the node's own
+        # autograd events), the outermost of them
+        nm = e.name.to_numpy(object)
+        seq = e.seq.to_numpy(np.int64)
+        top_bwd = np.array([isinstance(nm[t], str) and nm[t].startswith(BACKWARD_PREFIX) for t in tops])
+        cand = np.flatnonzero((holder >= 0) & (seq >= 0))
+        cand = cand[top_bwd[holder[cand]] & ~np.isin(np.arange(len(ids))[cand], tops)]
+        rec = np.zeros(len(tops), np.int64)
+        heavy = np.zeros(len(tops), bool)  # a recompute runs the forward's own ops, not only autograd Functions
+        spans = []
+        last_end = -1
+        for i in cand:
+            name = nm[i]
+            if not isinstance(name, str) or "Backward" in name or name.startswith(("torch::autograd::", "autograd::")):
+                continue
+            if ts[i] >= last_end:
+                rec[holder[i]] += end[i] - ts[i]
+                heavy[holder[i]] |= name.startswith("aten::") and name not in VIEW_OPS
+                spans.append((holder[i], ts[i], end[i]))
+                last_end = end[i]
+        rec[~heavy] = 0
+        for h, a0, a1 in spans:
+            if heavy[h]:
+                recompute_spans.append((int(rank), int(tid), int(a0), int(a1)))
+        where_top = pd.Index(tops).get_indexer(pos)
+        act[sel] = any_act[where_top]
+        n_ops[sel] = count[where_top]
+        recompute[sel] = rec[where_top]
+        views = np.isin(nm, VIEW_OPS)
+        if views.any():
+            floor[int(rank)] = min(floor.get(int(rank), np.inf), float(np.median(end[views] - ts[views])))
+        # phases
+        o = opt[opt["rank"] == rank]
+        in_opt = np.zeros(len(sel), bool)
+        for s0, s1 in zip(o.ts_ns.to_numpy(np.int64), o.end_ns.to_numpy(np.int64)):
+            in_opt |= (g.start_ns[sel] >= s0) & (g.start_ns[sel] < s1)
+        ph = np.where(is_bwd[sel], BACKWARD, np.where(in_opt, OPTIMIZER, np.where(act[sel], FORWARD, OTHER)))
+        phase[sel] = ph
+    # a pieces of one event share its facts; a recompute is split over the pieces by their time
+    _spread_over_pieces(g, recompute)
+    # GPU kernels: their launch's facts; the rank's smallest compute kernel is its floor
+    gpu = g.kind == _graph.K["gpu"]
+    if gpu.any():
+        launch = np.flatnonzero(g.edge_kind == _graph.E["launch"])
+        src, dst = g.src[launch], g.dst[launch]
+        act[dst] = act[src]
+        phase[dst] = phase[src]
+        nodes = g.nodes()
+        comp = gpu & (nodes.kernel_class.to_numpy(object) == "compute")
+        for r in np.unique(g.rank[comp]):
+            kfloor[int(r)] = float(np.min(g.dur_ns[comp & (g.rank == r)]))
+    coll_act = np.zeros(len(g.colls), bool)
+    coll_rec = np.zeros(len(g.colls), bool)
+    spans = pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end"])
+    if len(g.colls):
+        cols = g.colls[["present_ranks", "events", "arrivals", "callers"]].itertuples(index=False)
+        for i, (ranks, evs, arrivals, callers) in enumerate(cols):
+            coll_act[i] = any(bool(ev_act.get((int(r), int(x)), False)) for r, x in zip(ranks, evs))
+            if len(spans):  # called (arrived) from inside a recompute on the caller's thread
+                for (r, _, tid), t in zip(callers, arrivals):
+                    sp = spans[(spans["rank"] == r) & (spans.tid == tid)]
+                    coll_rec[i] |= bool(((sp.start <= t) & (t < sp.end)).any())
+    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec,
+                    pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end"]))
+    _blocks(g, facts)
+    return facts
+
+
+def _spread_over_pieces(g, recompute: np.ndarray) -> None:
+    """An event's nested recompute, counted once per piece above, split over its pieces by their durations."""
+    has = np.flatnonzero(recompute > 0)
+    if not len(has):
+        return
+    key = pd.DataFrame({"rank": g.rank[has], "ev": g.event_id[has], "i": has, "d": g.dur_ns[has]})
+    for _, grp in key.groupby(["rank", "ev"]):
+        idx = grp.i.to_numpy()
+        total = int(recompute[idx[0]])
+        d = grp.d.to_numpy(np.float64)
+        share = d / d.sum() if d.sum() > 0 else np.full(len(d), 1.0 / len(d))
+        recompute[idx] = np.minimum(np.rint(total * share).astype(np.int64), g.dur_ns[idx])
+
+
+def _blocks(g, facts: OpFacts) -> None:
+    """The forward's repeated blocks per rank (module docstring): block_ns on their nodes, (period, repeats) in
+    facts.blocks."""
+    steps = g.steps
+    coll_start = g.colls.barrier_start_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
+    coll_ns = g.colls.measured_transfer_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
+    for r in np.unique(g.rank[facts.phase == FORWARD]):
+        coll_r = facts.coll_act & np.array([r in set(x) for x in g.colls["present_ranks"]], bool) \
+            if len(g.colls) else np.zeros(0, bool)
+        st = steps[(steps["rank"] == r) & ~steps["is_last"].astype(bool)]
+        if not len(st):
+            continue
+        fwd_all = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD))
+        for s0, s1 in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)):
+            idx = fwd_all[(g.start_ns[fwd_all] >= s0) & (g.start_ns[fwd_all] < s1)]
+            idx = idx[np.argsort(g.start_ns[idx], kind="stable")]
+            # one entry per event (its first piece)
+            _, first = np.unique(g.event_id[idx], return_index=True)
+            idx = idx[np.sort(first)]
+            found = _repeat(g.name[idx].astype(str), np.where(facts.act[idx], g.dur_ns[idx], 0))
+            if found is None:
+                continue
+            period, covered = found
+            mask = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
+            mask &= np.isin(g.event_id, g.event_id[idx[covered]])
+            facts.block_ns[mask] = g.dur_ns[mask]
+            # what a recompute runs again: the blocks' ops and the collectives carrying tokens inside them (tensor
+            # parallelism's; FSDP's all-gathers are not run again: the backward has gathered the parameters)
+            ends = g.start_ns[idx] + g.dur_ns[idx]
+            d = np.diff(np.concatenate(([0], covered.view(np.int8), [0])))
+            wall = int(g.dur_ns[mask & (g.start_ns >= s0) & (g.start_ns < s1)].sum())
+            for a, b in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1)):
+                inside = coll_r & (coll_start >= g.start_ns[idx[a]]) & (coll_start < ends[b - 1])
+                wall += int(coll_ns[inside].sum())
+            bwd = (g.rank == r) & (facts.phase == BACKWARD) & (g.start_ns >= s0) & (g.start_ns < s1)
+            w, b, k = facts.blocks.get(int(r), (period, 0, 0, 0))[1:]
+            facts.blocks[int(r)] = (period, w + wall, b + int(g.dur_ns[bwd].sum()), k + 1)
+
+
+def _repeat(seq: np.ndarray, weight: np.ndarray):
+    """(period, covered mask) of the tandem repeat of seq that holds most of weight at the smallest period: for
+    each period p, the positions inside runs of seq[i] == seq[i + p] at least p long (two or more whole copies)."""
+    n = len(seq)
+    best = []
+    codes = pd.factorize(seq)[0]
+    for p in range(2, n // 2 + 1):
+        m = codes[:-p] == codes[p:]
+        if not m.any():
+            continue
+        cov = np.zeros(n, bool)
+        # runs of True in m of length >= p
+        d = np.diff(np.concatenate(([0], m.view(np.int8), [0])))
+        starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+        for a, b in zip(starts, ends):
+            if b - a >= p:
+                cov[a:b + p] = True
+        w = weight[cov].sum()
+        if w > 0:
+            best.append((p, w, cov))
+    if not best:
+        return None
+    top = max(w for _, w, _ in best)
+    for p, w, cov in best:
+        if w >= BLOCK_COVERAGE * top:
+            return p, cov
+    return None
+
+
+@dataclass
+class MemoryRetime:
+    factor: np.ndarray  # per node duration multiplier
+    colls_bytes_scale: np.ndarray  # per collective row
+    added_ns: np.ndarray  # per node ns added (offload transfers)
+    notes: list
+
+
+def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict | None = None) -> MemoryRetime:
+    """Duration factors for [batch] scale and [memory] (module docstring), applied on top of dur_ns."""
+    s = sc.batch.scale
+    n = len(dur_ns)
+    factor = np.ones(n)
+    added = np.zeros(n, np.int64)
+    notes = []
+    d = dur_ns.astype(np.float64)
+    ckpt = sc.memory.activation_checkpointing
+    # checkpointing first, on the run's own times
+    if ckpt == "none" and facts.checkpointed:
+        rec = facts.recompute_ns.astype(np.float64)
+        has = rec > 0
+        factor[has] = np.maximum(d[has] - rec[has], 0) / np.maximum(d[has], 1)
+        drop = facts.coll_recompute
+        notes.append(f"{sc.where}: activation checkpointing off: the run's recompute ({rec.sum() / 1e6:.1f} ms over "
+                     f"the trace) taken out of the backward nodes that ran it" + (
+                         f", and the {int(drop.sum())} collective(s) it ran carry nothing" if drop.any() else ""))
+    elif ckpt == "full" and not facts.checkpointed:
+        if not facts.blocks:
+            from .checks import ScenarioError
+
+            raise ScenarioError(f"{sc.where}: [memory] activation_checkpointing = 'full': the trace's forward shows "
+                                "no repeated block (no op sequence that repeats) to checkpoint")
+        for r, (_, wall, bwd_ns, _) in facts.blocks.items():
+            if bwd_ns > 0:
+                factor[(g.rank == r) & (facts.phase == BACKWARD)] *= 1.0 + wall / bwd_ns
+        period, wall, _, k = next(iter(facts.blocks.values()))
+        notes.append(f"{sc.where}: activation checkpointing 'full': the forward repeats a block of {period} ops; the "
+                     f"blocks' ops and the collectives carrying tokens in them ({wall / k / 1e6:.1f} ms a step on rank "
+                     f"{next(iter(facts.blocks))}, as measured) are recomputed in the backward, spread over its nodes by "
+                     "their time")
+    elif ckpt is not None:
+        notes.append(f"{sc.where}: [memory] activation_checkpointing = '{ckpt}' is what the run did: no change")
+    if s != 1.0:
+        gpu_rank = set(facts.kernel_floor_ns)
+        cpu = g.kind == _graph.K["cpu"]
+        gpu = g.kind == _graph.K["gpu"]
+        scale = facts.act & (facts.phase != OPTIMIZER)
+        on_gpu = np.isin(g.rank, list(gpu_rank)) if gpu_rank else np.zeros(n, bool)
+        fl = np.zeros(n)
+        sel_cpu = scale & cpu & ~on_gpu
+        for r, f in facts.floor_ns.items():
+            m = sel_cpu & (g.rank == r)
+            fl[m] = f * facts.n_ops[m]
+        sel_gpu = scale & gpu
+        for r, f in facts.kernel_floor_ns.items():
+            m = sel_gpu & (g.rank == r)
+            fl[m] = f
+        sel = sel_cpu | sel_gpu
+        cur = d * factor
+        base = np.minimum(fl, cur)
+        new = base + (cur - base) * s
+        factor[sel] = np.where(cur[sel] > 0, new[sel] / np.maximum(cur[sel], 1e-9), 1.0) * factor[sel]
+        notes.append(f"{sc.where}: global batch x{s:g}: {int(sel.sum())} ops that read the step's tokens re-timed as "
+                     f"floor + (time - floor) x {s:g} (floor: the run's own per-op time of ops that move no data), "
+                     f"{int(facts.coll_act.sum())} collective(s) carrying tokens (tensor or pipeline parallel) "
+                     f"x{s:g} bytes; gradient and parameter collectives and the optimizer unchanged")
+    coll_scale = np.where(facts.coll_act, s, 1.0)
+    if ckpt == "none" and facts.checkpointed:
+        coll_scale[facts.coll_recompute] = 0.0
+    return MemoryRetime(factor, coll_scale, added, notes)
+
+
+# ---- the peak ------------------------------------------------------------------------------------------
+_BLOCKS_SQL = """
+SELECT rank, device_type, device_id, tid, ts_ns, bytes,
+       lead(ts_ns) OVER (PARTITION BY rank, device_type, device_id, addr ORDER BY ts_ns, event_id) AS end_ts_ns
+FROM memory
+QUALIFY bytes > 0
+"""
+
+
+def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
+    """Per rank, its device with the largest measured peak: measured_peak_alloc_bytes, predicted_peak_alloc_bytes
+    and the categories (memory_breakdown) each was made of. Empty when the trace has no [memory] events.
+
+    The categories at the measured peak change as the scenario says: activations and other (temporaries) follow
+    the batch scale; communication buffers follow it where collectives carry tokens; parameters, gradients and
+    the optimizer's state do not (offload_optimizer takes the state off the device). Checkpointing changes the
+    activations the blocks hold at the peak: 'full' keeps each block's output and one block's activations (the
+    recompute in flight) in place of every block's; 'none' on a checkpointed run gives every block the
+    activations one recompute held."""
+    from analyses.memory import memory_breakdown
+
+    br = memory_breakdown(run)
+    if not len(br):
+        return pd.DataFrame(columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
+                                     "predicted_peak_alloc_bytes"])
+    tot = br.groupby(["rank", "device_type", "device_id"], as_index=False).bytes_at_peak.sum()
+    top = tot.sort_values("bytes_at_peak").groupby("rank").tail(1)
+    s = sc.batch.scale
+    ckpt = sc.memory.activation_checkpointing
+    blocks = run.sql(_BLOCKS_SQL) if ckpt is not None and facts is not None else None
+    rows = []
+    for r, dt, di, meas in top.itertuples(index=False):
+        cat = br[(br["rank"] == r) & (br.device_type == dt) & (br.device_id == di)].set_index("category").bytes_at_peak
+        peak_ts = int(br[(br["rank"] == r) & (br.device_type == dt) & (br.device_id == di)].peak_ts_ns.iloc[0])
+        act = float(cat.get("activations", 0))
+        if blocks is not None:
+            mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
+            act = _checkpointed_activations(g, facts, r, mine, peak_ts, act, ckpt)
+        comm_s = s if facts is not None and facts.coll_act.any() else 1.0
+        pred = (float(cat.get("parameters", 0)) + float(cat.get("gradients", 0))
+                + (0.0 if sc.memory.offload_optimizer else float(cat.get("optimizer_state", 0)))
+                + float(cat.get("communication_buffers", 0)) * comm_s
+                + (act + float(cat.get("other", 0))) * s)
+        rows.append({"rank": int(r), "device_type": int(dt), "device_id": int(di), "measured_peak_alloc_bytes": int(meas),
+                     "predicted_peak_alloc_bytes": int(round(pred))})
+    return pd.DataFrame(rows)
+
+
+def _checkpointed_activations(g, facts: OpFacts, rank: int, blocks: pd.DataFrame, peak_ts: int, act: float,
+                              ckpt: str) -> float:
+    """The activations at the peak with checkpointing as ckpt says (predict_peak)."""
+    st = g.steps[g.steps["rank"] == rank]
+    at = st[(st.ts_ns <= peak_ts) & (peak_ts < st.end_ns)]
+    if not len(at):
+        return act
+    s0, s1 = int(at.ts_ns.iloc[0]), int(at.end_ns.iloc[0])
+    live = blocks.end_ts_ns.isna() | (blocks.end_ts_ns > peak_ts)
+    ts = blocks.ts_ns.to_numpy(np.int64)
+    # the forward's blocks in the peak's step: each run of consecutive block nodes
+    on = np.flatnonzero((g.rank == rank) & (facts.block_ns > 0) & (g.start_ns >= s0) & (g.start_ns < s1))
+    on = on[np.argsort(g.start_ns[on])]
+    spans = _runs(g, on, facts)
+    rec = facts.recompute_spans
+    rec = rec[(rec["rank"] == rank) & (rec.start >= s0) & (rec.start < s1)]
+    if facts.checkpointed:
+        if not len(rec):
+            return act
+        per_block = np.mean([blocks.bytes[(ts >= a) & (ts < b) & (blocks.end_ts_ns.isna() | (blocks.end_ts_ns > b))].sum()
+                             for a, b in zip(rec.start, rec.end)])
+        held = sum(blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in zip(rec.start, rec.end))
+        outputs = sum(blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in spans)
+        k = len(spans) or len(rec)
+        return act - held - outputs + k * per_block if ckpt == "none" else act
+    if ckpt == "none" or not spans:
+        return act
+    held = [blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in spans]
+    # a block's output: the last allocation its last op made that is still live
+    outs = []
+    for a, b in spans:
+        m = live & (ts >= a) & (ts < b)
+        outs.append(int(blocks.bytes[m].iloc[-1]) if m.any() else 0)
+    return act - sum(held) + sum(outs) + float(np.mean(held))
+
+
+def _runs(g, on: np.ndarray, facts: OpFacts) -> list[tuple[int, int]]:
+    """(start, end) of each block in the forward: its period's consecutive block nodes (first pieces)."""
+    if not len(on):
+        return []
+    _, first = np.unique(g.event_id[on], return_index=True)
+    on = on[np.sort(first)]
+    period = facts.blocks[int(g.rank[on[0]])][0]
+    return [(int(g.start_ns[p[0]]), int(g.start_ns[p[-1]] + g.dur_ns[p[-1]]))
+            for p in (on[i:i + period] for i in range(0, len(on), period)) if len(p)]
