@@ -154,7 +154,7 @@ def memory_capacities(run, keys, device: str | None = None, devices=None) -> dic
 # kernels take several hundred MB before the first tensor, NCCL keeps its channel buffers outside the caching
 # allocator (hundreds of MB more with many peers), and the caching allocator's fragmentation makes it reserve
 # more than it hands out (reserved above allocated; an allocation fails when no free block is large enough,
-# even with enough bytes free in total). 10% of an 80 GB device is 8 GB: room for all three on a training job
+# even with enough bytes free in total). 10% of an 80 GiB device is 8 GiB: room for all three on a training job
 # without PYTORCH_CUDA_ALLOC_CONF tuning; a job that measured its own overhead sets its own (reserve_pct).
 DEFAULT_MEMORY_RESERVE_PCT = 10.0
 
@@ -185,6 +185,6 @@ def fit_verdict(peak_bytes: float, capacity_bytes: float | None,
 
 def gib(n_bytes: float) -> str:
     """A memory size as the fit notes and doctor's memory findings write it: in GiB, the catalog's unit, to
-    three significant digits without an exponent (a 2 MiB CPU run against a small device stays readable: 0.00205 GiB)."""
+    three significant digits without an exponent (2 MiB against a small test device stays readable: 0.00195 GiB)."""
     v = n_bytes / 2**30
     return f"{v:.{max(0, 2 - math.floor(math.log10(abs(v))))}f} GiB" if v else "0 GiB"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +13,8 @@ from click.testing import CliRunner
 import tracekit
 from analyses import devices
 from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT, fit_verdict, memory_capacities
+from replay.scenario import scenario_from_dict
+from replay.whatif import whatif
 from tracekit.cli import cli
 
 from .conftest import shared_trace_dir, tiny_events, write_trace
@@ -39,8 +42,8 @@ def test_a_peak_within_the_reserve_does_not_fit_and_says_how_much_is_free():
 
 
 def test_a_peak_above_the_capacity_does_not_fit():
-    assert fit_verdict(90 * GIB, 80 * GIB) == (False, "does not fit: the peak 90.0 GiB is 10.0 GiB above the "
-                                                       "device's 80.0 GiB")
+    note = "does not fit: the peak 90.0 GiB is 10.0 GiB above the device's 80.0 GiB"
+    assert fit_verdict(90 * GIB, 80 * GIB) == (False, note)
     assert fit_verdict(90 * GIB, 80 * GIB, reserve_pct=0.0)[0] is False
 
 
@@ -111,7 +114,7 @@ def test_the_traces_own_capacity_comes_first_then_the_given_device_then_the_name
     assert given == {(0, 0): named[(0, 0)], (0, 1): h200, (0, 2): h200, (0, -1): h200}
 
 
-# --- doctor: out-of-memory risk -----------------------------------------------------------------------------
+# --- doctor: out-of-memory risk and headroom -----------------------------------------------------------------------------
 
 def _doctor(trace_dir, store, *extra, catalog=None):
     res = CliRunner().invoke(cli, ["doctor", str(trace_dir), "--store", str(store), "--format", "json", *extra],
@@ -144,7 +147,8 @@ def test_a_peak_within_the_reserve_is_an_oom_risk(recorded, tmp_path):
     fs = [f for f in _doctor(trace, store, "--device", "Small", catalog=cat) if f["kind"] == "oom_risk"]
     assert len(fs) == 1
     f = fs[0]
-    assert f["rank"] == rank and f["scenario"] is None and f["saving_ns"] is None and f["name"] == f"oom_risk_rank{rank}"
+    assert f["rank"] == rank and f["name"] == f"oom_risk_rank{rank}"
+    assert f["scenario"] is None and f["saving_ns"] is None
     assert "less than the 10% reserve: out-of-memory risk" in f["title"]
     assert [e["analysis"] for e in f["evidence"]] == ["memory_peak"]
     figure = f["evidence"][0]["figure"]
@@ -194,3 +198,24 @@ def test_real_gpu_runs_far_from_their_capacity_are_no_risk(rel, device, source, 
     assert all(fit_verdict(p, caps[(int(r), int(i))][0]) == (True, None)
                for r, i, p in zip(gpu["rank"], gpu.device_id, gpu.peak_allocated_bytes))
     assert "oom_risk" not in {f["kind"] for f in fs}
+
+
+def test_headroom_is_the_largest_batch_scale_whose_predicted_peak_fits(recorded, tmp_path):
+    trace, store, _, peak = recorded
+    cat = _device_of(tmp_path, "Roomy", peak / 0.2)  # the measured peak uses 20% of the device
+    fs = _doctor(trace, store, "--device", "Roomy", catalog=cat)
+    f = next(f for f in fs if f["kind"] == "memory_headroom")
+    scale = float(re.search(r"fits ([0-9.]+)x its global batch", f["title"]).group(1))
+    assert scale >= 2 and f["scenario"] is None and [e["analysis"] for e in f["evidence"]] == ["memory_peak"]
+    cap = peak / 0.2
+    with tracekit.open(str(trace), store=str(store)) as run:
+        t = whatif(run, [scenario_from_dict({"name": n, "batch": {"scale": s}}, "<t>")
+                         for n, s in (("at", scale), ("above", scale * 2))]).set_index("scenario")
+    assert fit_verdict(t.loc["at"].predicted_peak_alloc_bytes, cap)[0] is True
+    assert scale == 64 or fit_verdict(t.loc["above"].predicted_peak_alloc_bytes, cap)[0] is False
+    assert f"{t.loc['at'].throughput_samples_per_s:.1f} samples/s predicted" in f["title"]
+
+
+def test_no_headroom_without_a_capacity_or_memory_events(recorded, tmp_path):
+    trace, store, _, _ = recorded
+    assert "memory_headroom" not in {f["kind"] for f in _doctor(trace, store)}  # a CPU run without --device

@@ -6,6 +6,7 @@ below decide only whether a finding is worth stating; the saving is always the r
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ import numpy as np
 
 # a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
 MIN_SHARE_PCT = 5.0
-MEMORY_HEADROOM_PCT = 50.0  # peak below this share of the device's memory leaves room for a larger batch
+HEADROOM_MAX_SCALE = 64.0  # memory_headroom: the largest global-batch scale it tries
 ROOFLINE_TARGET_PCT = 70.0  # low_mfu: the share of their roofline bound GEMMs / attention are brought to
 LOW_MFU_PCT = 50.0  # ... when below this share
 
@@ -400,29 +401,68 @@ def oom_risk(run, ctx) -> list[Candidate]:
 
 
 def memory_headroom(run, ctx) -> list[Candidate]:
-    from analyses.devices import gib
+    """The largest global-batch scale whose predicted peak still fits the device (fit_verdict), by the memory
+    what-if ([batch] scale): 2, 4, 8, ... up to HEADROOM_MAX_SCALE while it fits; 1.5 when 2 does not."""
+    from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT, fit_verdict, gib
+    from replay.scenario import scenario_from_dict
+    from replay.whatif import whatif
 
     mp, caps = _device_memory(run, ctx)
     if mp is None or mp.empty:
         return []
-    row = mp.sort_values("peak_allocated_bytes", ascending=False, kind="stable").iloc[0]
-    r, dev_id, cap = int(row["rank"]), int(row.device_id), float(row.capacity_bytes)
-    used = 100.0 * float(row.peak_reserved_bytes or row.peak_allocated_bytes) / cap
-    if used >= MEMORY_HEADROOM_PCT:
-        return []
+    cap = float(mp.capacity_bytes.min())  # the what-if's peak is the job's worst rank's: the smallest device bounds it
+
+    def trial(scale):
+        sc = scenario_from_dict({"name": f"batch_x{scale:g}", "batch": {"scale": scale}}, "<memory_headroom>")
+        table = whatif(run, [sc])
+        row = table[table.scenario == sc.name].iloc[0]
+        dev = row.get("device_memory_bytes")
+        capacity = cap if dev is None or _isna(dev) else float(dev)  # NULL (a CPU run): doctor's, from --device
+        return fit_verdict(float(row.predicted_peak_alloc_bytes), capacity)[0], (scale, row, capacity, table)
+
+    best, failed, scale = None, None, 2.0
+    while scale <= HEADROOM_MAX_SCALE:
+        fits, tried = trial(scale)
+        if not fits:
+            failed = scale
+            break
+        best, scale = tried, scale * 2
+    if best is None:
+        fits, best = trial(1.5)
+        if not fits:
+            return []  # not even 1.5x: oom_risk says whether the measured batch itself is at risk
+    scale, row, capacity, table = best
+    measured = table[table.scenario == "measured"].iloc[0]
+    worst = mp.sort_values("peak_allocated_bytes", ascending=False, kind="stable").iloc[0]
+    r, dev_id = int(worst["rank"]), int(worst.device_id)
+    tput, tput0 = row.throughput_samples_per_s, measured.throughput_samples_per_s
+    known = not (_isna(tput) or _isna(tput0)) and tput0 > 0
+    gain = (f"{tput:.1f} samples/s predicted against {tput0:.1f} measured ({100 * (tput / tput0 - 1):+.0f}%)"
+            if known else "its throughput is not known (run.json gives no global batch size)")
+    upper = (f"; {failed:g}x does not fit" if failed is not None else
+             f"; the largest tried ({HEADROOM_MAX_SCALE:g}x)" if scale >= 2 else "")
     return [Candidate(
-        kind="memory_headroom", rank=r,
-        title=f"rank {r} uses {used:.0f}% of its GPU's memory at peak",
-        evidence=[_ev("memory_peak", f"rank {r} device {dev_id}: peak allocated {gib(row.peak_allocated_bytes)}, "
-                      f"reserved {gib(row.peak_reserved_bytes)} of {gib(cap)} ({caps[(r, dev_id)][1]})")],
-        fix="a larger micro-batch (fewer steps for the same samples) or less activation checkpointing",
-        scenario=None, confidence="low",
-        assumptions="a statement, not a prediction: what a larger batch costs per step is not in the trace",
+        kind="memory_headroom", rank=None,
+        title=f"the job's memory fits {scale:g}x its global batch: {gain}",
+        evidence=[_ev("memory_peak", f"rank {r} device {dev_id}: peak allocated {gib(worst.peak_allocated_bytes)}"
+                      + (f", reserved {gib(worst.peak_reserved_bytes)}" if worst.peak_reserved_bytes else "")
+                      + f" of {gib(caps[(r, dev_id)][0])} ({caps[(r, dev_id)][1]}), the job's largest")],
+        fix=f"a {scale:g}x larger global batch (a larger micro-batch per rank; the learning rate retuned for it)",
+        scenario=None, confidence="medium",
+        assumptions=f"the memory what-if under [batch] scale = {scale:g}: its worst rank's predicted peak "
+                    f"{gib(row.predicted_peak_alloc_bytes)} leaves the {DEFAULT_MEMORY_RESERVE_PCT:g}% reserve of "
+                    f"{gib(capacity)} free{upper}. Not ranked by step time, which a larger batch lengthens: "
+                    f"`tracekit whatif TRACE_DIR` with [batch] scale = {scale:g} reproduces the figures",
         share_pct=0.0)]
 
 
+def _isna(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def low_mfu(run, ctx) -> list[Candidate]:
-    from analyses.flops import mfu as mfu_of, op_table_with_kernels, roofline  # the analyses layer, below this one
+    from analyses.flops import mfu as mfu_of  # the analyses layer, below this one
+    from analyses.flops import op_table_with_kernels, roofline
 
     ops, kern = op_table_with_kernels(run)  # once: the roofline, the MFU and the kernels to speed up all read it
     rf = roofline(run, device=ctx.get("device"), ops=ops)
