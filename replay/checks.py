@@ -48,12 +48,6 @@ def fraction(v):
     return float(v)
 
 
-def boolean(v):
-    if not isinstance(v, bool):
-        raise Bad("must be true or false")
-    return v
-
-
 def percent(v):
     if not _is_num(v) or not (0 <= v < 100):
         raise Bad("must be a number in [0, 100)")

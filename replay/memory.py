@@ -1,4 +1,4 @@
-"""[memory] and [batch]: activation checkpointing, the optimizer's state offloaded to the host, and the global batch,
+"""[memory] and [batch]: activation checkpointing and the global batch,
 re-timed on the run's own ops (the step time) and attributed on its allocations (the peak, predict_peak).
 
 What the trace shows, per graph node (op_facts):
@@ -17,10 +17,10 @@ What the trace shows, per graph node (op_facts):
 The batch scale s: a token-following op takes floor + (t - floor) x s (GPU kernels: the rank's smallest kernel as
 the floor; a GPU rank's CPU ops launch and do not scale); a collective whose tensors carry the tokens (tensor
 parallelism's all-reduces, a pipeline's sends) carries s x its bytes; a gradient or parameter collective is
-unchanged. Checkpointing "full" on a run without it adds the blocks' forward time to the backward (each backward
-node s time x (1 + recompute / backward), per rank); "none" on a checkpointed run takes the nested recompute out of
-the nodes that ran it. Offloading the optimizer's state moves it to the device and back over the host link in the
-optimizer step (device catalog `host_link_gbps`).
+unchanged. Checkpointing "full" on a run without it adds the blocks' ops and the collectives carrying tokens in
+them (tensor parallelism's) to the backward (each backward node's time x (1 + recompute / backward), per rank);
+"none" on a checkpointed run takes the nested recompute out of the nodes that ran it, and its collectives carry
+nothing.
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
-
 from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT  # noqa: F401 (the [memory] reserve_pct default)
 
 CHECKPOINTING = ("none", "full")
@@ -276,7 +275,6 @@ def _repeat(seq: np.ndarray, weight: np.ndarray):
 class MemoryRetime:
     factor: np.ndarray  # per node duration multiplier
     colls_bytes_scale: np.ndarray  # per collective row
-    added_ns: np.ndarray  # per node ns added (offload transfers)
     notes: list
 
 
@@ -285,7 +283,6 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
     s = sc.batch.scale
     n = len(dur_ns)
     factor = np.ones(n)
-    added = np.zeros(n, np.int64)
     notes = []
     d = dur_ns.astype(np.float64)
     ckpt = sc.memory.activation_checkpointing
@@ -341,7 +338,7 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
     coll_scale = np.where(facts.coll_act, s, 1.0)
     if ckpt == "none" and facts.checkpointed:
         coll_scale[facts.coll_recompute] = 0.0
-    return MemoryRetime(factor, coll_scale, added, notes)
+    return MemoryRetime(factor, coll_scale, notes)
 
 
 # ---- the peak ------------------------------------------------------------------------------------------
@@ -359,7 +356,7 @@ def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
 
     The categories at the measured peak change as the scenario says: activations and other (temporaries) follow
     the batch scale; communication buffers follow it where collectives carry tokens; parameters, gradients and
-    the optimizer's state do not (offload_optimizer takes the state off the device). Checkpointing changes the
+    the optimizer's state do not. Checkpointing changes the
     activations the blocks hold at the peak: 'full' keeps each block's output and one block's activations (the
     recompute in flight) in place of every block's; 'none' on a checkpointed run gives every block the
     activations one recompute held."""
@@ -384,7 +381,7 @@ def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
             act = _checkpointed_activations(g, facts, r, mine, peak_ts, act, ckpt)
         comm_s = s if facts is not None and facts.coll_act.any() else 1.0
         pred = (float(cat.get("parameters", 0)) + float(cat.get("gradients", 0))
-                + (0.0 if sc.memory.offload_optimizer else float(cat.get("optimizer_state", 0)))
+                + float(cat.get("optimizer_state", 0))
                 + float(cat.get("communication_buffers", 0)) * comm_s
                 + (act + float(cat.get("other", 0))) * s)
         rows.append({"rank": int(r), "device_type": int(dt), "device_id": int(di), "measured_peak_alloc_bytes": int(meas),

@@ -23,8 +23,8 @@ import pandas as pd
 from analyses import depgraph as _graph
 
 from . import linkfit, links, parallelism, pipeline, pools, topology
-from .checks import ScenarioError
 from .calibration import calibrate
+from .checks import ScenarioError
 from .network import CalibratedModel, CommModel
 from .optical import OpticalModel
 from .sharing import Flows
@@ -77,8 +77,8 @@ def compute_step(g, sc: Scenario, run, st: ModelState) -> None:
 
 
 def memory_step(g, sc: Scenario, run, st: ModelState) -> None:
-    """[batch] scale and [memory]: the ops that follow the step's tokens, checkpoint recompute, the optimizer's
-    offload (replay/memory.py)."""
+    """[batch] scale and [memory]: the ops that follow the step's tokens and checkpoint recompute
+    (replay/memory.py)."""
     if sc.batch.scale == 1.0 and not sc.memory.changes_memory:
         return
     from . import memory
@@ -89,7 +89,6 @@ def memory_step(g, sc: Scenario, run, st: ModelState) -> None:
     got = memory.retime(g, run, sc, facts, st.dur_ns)
     touched = got.factor != 1.0
     st.dur_ns[touched] = np.rint(st.dur_ns[touched] * got.factor[touched]).astype(np.int64)
-    st.dur_ns += got.added_ns
     if (got.colls_bytes_scale != 1.0).any():
         b = st.colls["bytes"].to_numpy(dtype="float64", na_value=np.nan)
         st.colls = st.colls.assign(bytes=pd.array(np.rint(b * got.colls_bytes_scale), dtype="Int64"))

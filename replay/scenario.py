@@ -28,9 +28,8 @@ from .compute import Speedup
 from .failures import DEFAULT_STRATEGY, make_strategy, strategy_parameters
 from .costs import LinkOverride
 from .optical import Phase
-from .specs import (SCHEMA, STRATEGY_PARAMETERS, ComputeSpec, FailuresSpec, BatchSpec, HardwareSpec, HostOverride, MemorySpec, NetworkSpec,
-                    OpticalSpec,
-                    ParallelismSpec, Scenario, TopologySpec)
+from .specs import (SCHEMA, STRATEGY_PARAMETERS, BatchSpec, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride,
+                    MemorySpec, NetworkSpec, OpticalSpec, ParallelismSpec, Scenario, TopologySpec)
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "scenario_from_dict"]
 

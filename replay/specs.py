@@ -14,15 +14,45 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 
 from . import factory
-from .checks import (Bad, ScenarioError, boolean, fraction, globs, int_at_least, interval, non_negative, one_of, ordinals, positive,
-                     percent, rank_groups, rank_key, rank_list, regex, text)
+from .checks import (
+    Bad,
+    ScenarioError,
+    fraction,
+    globs,
+    int_at_least,
+    interval,
+    non_negative,
+    one_of,
+    ordinals,
+    percent,
+    positive,
+    rank_groups,
+    rank_key,
+    rank_list,
+    regex,
+    text,
+)
 from .compute import KERNEL_CLASSES, Speedup
-from .failures import (DEFAULT_MTBF_GPU_HOURS, DEFAULT_STRATEGY, DEFAULT_TRIALS, STRATEGIES, GoodputResult, Strategy,
-                       goodput, make_strategy)
 from .costs import ALGORITHMS, FLAT_ALGORITHMS, LINK_CLASSES, LinkOverride
-from .network import CalibratedModel
+from .failures import (
+    DEFAULT_MTBF_GPU_HOURS,
+    DEFAULT_STRATEGY,
+    DEFAULT_TRIALS,
+    STRATEGIES,
+    GoodputResult,
+    Strategy,
+    goodput,
+    make_strategy,
+)
 from .memory import CHECKPOINTING, DEFAULT_MEMORY_RESERVE_PCT
-from .optical import DEFAULT_RECONFIG_DELAY_MS, EVERY_GROUP, SCHEDULES, OpticalModel, Phase
+from .network import CalibratedModel
+from .optical import (
+    DEFAULT_RECONFIG_DELAY_MS,
+    EVERY_GROUP,
+    SCHEDULES,
+    OpticalModel,
+    Phase,
+)
 
 
 def key(default=MISSING, check=None, *, make=MISSING, name: str | None = None, more: dict | None = None):
@@ -191,13 +221,12 @@ class MemorySpec:
     """[memory]: what the step keeps in device memory (replay/memory.py). The defaults keep the run's."""
     # "none" | "full" (every repeated block's forward recomputed in its backward); None: as the run did
     activation_checkpointing: str | None = key(None, one_of(*CHECKPOINTING))
-    offload_optimizer: bool = key(False, boolean)  # optimizer state in host memory, over the host link each step
     # the share of the device's memory a predicted peak must leave free to fit (NULL capacity: no verdict)
     reserve_pct: float = key(DEFAULT_MEMORY_RESERVE_PCT, percent)
 
     @property
     def changes_memory(self) -> bool:
-        return self.activation_checkpointing is not None or self.offload_optimizer
+        return self.activation_checkpointing is not None
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from replay.costs import LinkOverride
 from replay.network import AlphaBetaModel, MeasuredComm, WhatIfComm
 from replay.optical import OpticalModel, Phase
 from replay.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
-from replay.specs import (SCHEMA, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride, NetworkSpec, OpticalSpec,
-                          ParallelismSpec, TopologySpec)
+from replay.specs import (SCHEMA, BatchSpec, ComputeSpec, FailuresSpec, HardwareSpec, HostOverride, MemorySpec,
+                          NetworkSpec, OpticalSpec, ParallelismSpec, TopologySpec)
 from tracekit.errors import TracekitError
 
 from .conftest import REPO
@@ -214,8 +214,12 @@ def test_yaml_without_pyyaml_says_what_to_do(tmp_path, monkeypatch):
     ("[parallelism]\ntp = 2.5\n", "[parallelism] tp", "must be an integer >= 1"),
     # 10^8 ranks would hold ~15 GB per gradient collective, and grew until the machine's memory was gone
     ("[parallelism]\ndp = 100000000\n", "[parallelism] dp", "must be at most 1,048,576 (2^20): the replay holds"),
-    ("[memory]\nx = 1\n", "memory", "unknown key; allowed: name, description, seed, steps, network, compute, "
-                                    "optical, failures, parallelism, topology, hardware"),
+    ("[memroy]\nx = 1\n", "memroy", "unknown key; allowed: name, description, seed, steps, network, compute, "
+                                      "optical, failures, parallelism, topology, hardware, memory, batch"),
+    ("[memory]\nx = 1\n", "[memory] x", "unknown key; allowed: activation_checkpointing, reserve_pct"),
+    ("[memory]\nactivation_checkpointing = \"some\"\n", "[memory] activation_checkpointing", "none"),
+    ("[batch]\nscale = 0\n", "[batch] scale", "must be a number > 0"),
+    ("[batch]\nscale = -2\n", "[batch] scale", "must be a number > 0"),
     ("network = 4\n", "network", "must be a table"),
 ])
 def test_invalid_files_name_file_key_and_allowed(tmp_path, text, where, what):
@@ -331,7 +335,7 @@ SECTION_SPECS = {"top": Scenario, "[network]": NetworkSpec, "[network.links.<cla
                  "[compute]": ComputeSpec, "[[compute.speedup]]": Speedup, "[optical]": OpticalSpec,
                  "[[optical.phase]]": Phase, "[failures]": FailuresSpec, "[parallelism]": ParallelismSpec,
                  "[[network.hosts]]": HostOverride, "[topology]": TopologySpec,
-                 "[hardware]": HardwareSpec}
+                 "[hardware]": HardwareSpec, "[memory]": MemorySpec, "[batch]": BatchSpec}
 
 
 def _spec_default(section, key):

@@ -404,6 +404,7 @@ def memory_headroom(run, ctx) -> list[Candidate]:
     """The largest global-batch scale whose predicted peak still fits the device (fit_verdict), by the memory
     what-if ([batch] scale): 2, 4, 8, ... up to HEADROOM_MAX_SCALE while it fits; 1.5 when 2 does not."""
     from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT, fit_verdict, gib
+    from replay.memory import predict_peak
     from replay.scenario import scenario_from_dict
     from replay.whatif import whatif
 
@@ -420,17 +421,23 @@ def memory_headroom(run, ctx) -> list[Candidate]:
         capacity = cap if dev is None or _isna(dev) else float(dev)  # NULL (a CPU run): doctor's, from --device
         return fit_verdict(float(row.predicted_peak_alloc_bytes), capacity)[0], (scale, row, capacity, table)
 
-    best, failed, scale = None, None, 2.0
-    while scale <= HEADROOM_MAX_SCALE:
+    def peak_fits(scale):  # the what-if's peak rule without its replay: the search replays only the scale it keeps
+        sc = scenario_from_dict({"name": "s", "batch": {"scale": scale}}, "<memory_headroom>")
+        peaks = predict_peak(run, None, None, sc)
+        return bool(len(peaks)) and fit_verdict(float(peaks.predicted_peak_alloc_bytes.max()), cap)[0]
+
+    scales = [s for s in (2.0 ** k for k in range(1, 64)) if s <= HEADROOM_MAX_SCALE]
+    fitting = [s for s in scales if peak_fits(s)]
+    failed = next((s for s in scales if s not in fitting), None)
+    best = None
+    for scale in sorted([s for s in fitting if failed is None or s < failed] or [1.5], reverse=True):
         fits, tried = trial(scale)
-        if not fits:
-            failed = scale
+        if fits:
+            best = tried
             break
-        best, scale = tried, scale * 2
+        failed = scale
     if best is None:
-        fits, best = trial(1.5)
-        if not fits:
-            return []  # not even 1.5x: oom_risk says whether the measured batch itself is at risk
+        return []  # not even 1.5x: oom_risk says whether the measured batch itself is at risk
     scale, row, capacity, table = best
     measured = table[table.scenario == "measured"].iloc[0]
     worst = mp.sort_values("peak_allocated_bytes", ascending=False, kind="stable").iloc[0]

@@ -1,0 +1,103 @@
+"""[batch] scale and [memory] activation_checkpointing (replay/memory.py) on a real recorded run: what the trace
+shows of its ops, the re-timed step, the predicted peak and whether it fits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import tracekit
+from analyses import depgraph
+from replay import memory
+from replay.scenario import scenario_from_dict
+from replay.whatif import whatif
+from tracekit.cli import cli
+
+
+@pytest.fixture(scope="module")
+def run(memory_layout_run, tmp_path_factory):
+    store = tmp_path_factory.mktemp("whatif_memory") / "s"
+    with tracekit.open(str(memory_layout_run), store=str(store)) as r:
+        yield r
+
+
+def _one(run, **sections):
+    df = whatif(run, [scenario_from_dict({"name": "x", **sections})])
+    return df.set_index("scenario")
+
+
+def test_op_facts_find_phases_token_ops_and_blocks(run):
+    g = depgraph.build(run)
+    f = memory.op_facts(run, g)
+    cpu = g.kind == depgraph.K["cpu"]
+    names = g.name.astype(str)
+    # every backward node is autograd's; the optimizer's updates follow no tokens; linears do
+    assert all(n.startswith(memory.BACKWARD_PREFIX) for n in names[f.phase == memory.BACKWARD])
+    assert (f.phase == memory.OPTIMIZER).any() and not f.act[f.phase == memory.OPTIMIZER].any()
+    assert f.act[cpu & (names == "aten::linear")].all()
+    assert not f.act[cpu & (names == "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad")].any()
+    # two blocks of the same ops per forward, on both ranks; no recompute without checkpointing
+    assert set(f.blocks) == {0, 1}
+    assert all(v[0] >= 10 for v in f.blocks.values())
+    assert not f.checkpointed
+    # DDP's gradient all-reduces carry no tokens
+    assert not f.coll_act.any()
+
+
+def test_unchanged_sections_give_the_baseline_and_the_measured_peak(run):
+    df = _one(run, batch={"scale": 1.0}, memory={"reserve_pct": 5.0})
+    assert df.loc["x", "predicted_step_ns"] == df.loc["measured", "predicted_step_ns"]
+    peak = int(run.analyze("memory_peak").peak_allocated_bytes.max())
+    assert df.loc["measured", "predicted_peak_alloc_bytes"] == peak
+    assert df.loc["x", "predicted_peak_alloc_bytes"] == peak
+    assert df.loc["x", "fits"] is None or np.isnan(df.loc["x", "fits"])  # a CPU run: no device capacity
+
+
+def test_a_bigger_batch_takes_longer_and_more_memory(run):
+    df = _one(run, batch={"scale": 2.0})
+    base, two = df.loc["measured"], df.loc["x"]
+    assert two.predicted_step_ns > base.predicted_step_ns
+    assert two.predicted_peak_alloc_bytes > base.predicted_peak_alloc_bytes
+    # the global batch doubles: samples per second follow it, not the step alone
+    assert two.throughput_samples_per_s == pytest.approx(
+        base.throughput_samples_per_s * 2 * base.predicted_step_ns / two.predicted_step_ns)
+    half = _one(run, batch={"scale": 0.5}).loc["x"]
+    assert half.predicted_step_ns < base.predicted_step_ns
+    assert half.predicted_peak_alloc_bytes < base.predicted_peak_alloc_bytes
+
+
+def test_checkpointing_costs_time_and_saves_activations(run):
+    df = _one(run, memory={"activation_checkpointing": "full"})
+    base, ck = df.loc["measured"], df.loc["x"]
+    assert ck.predicted_step_ns > base.predicted_step_ns
+    assert ck.predicted_peak_alloc_bytes < base.predicted_peak_alloc_bytes
+    # what the run already does changes nothing, and says so
+    same = whatif(run, [scenario_from_dict({"name": "y", "memory": {"activation_checkpointing": "none"}})])
+    assert same.predicted_step_ns.iloc[1] == same.predicted_step_ns.iloc[0]
+    assert any("is what the run did" in n for n in same.attrs["notes"]["y"])
+
+
+def test_fits_against_a_device_the_user_names(run, tmp_path):
+    peak = int(run.analyze("memory_peak").peak_allocated_bytes.max())
+    cat = tmp_path / "cat.toml"
+    # a device 1.5x the measured peak: today's run fits, 2x the batch does not
+    cat.write_text(f'[devices.Tiny]\nmatch = "tiny"\nmemory_gib = {1.5 * peak / 2**30!r}\nsource = "a test device"\n')
+    df = _one(run, batch={"scale": 2.0}, hardware={"gpu": "Tiny", "catalog": str(cat)})
+    assert df.loc["x", "device_memory_bytes"] == pytest.approx(1.5 * peak, rel=1e-6)
+    assert bool(df.loc["x", "fits"]) is False
+    ok = _one(run, hardware={"gpu": "Tiny", "catalog": str(cat)})
+    assert bool(ok.loc["x", "fits"]) is True
+
+
+@pytest.mark.parametrize("text, what", [
+    ("[batch]\nscale = 0\n", "[batch] scale"),
+    ("[memory]\nactivation_checkpointing = 'some'\n", "[memory] activation_checkpointing"),
+    ("[memory]\noffload = true\n", "[memory] offload"),
+])
+def test_bad_keys_are_one_line_exit_2(run, tmp_path, text, what):
+    sc = tmp_path / "bad.toml"
+    sc.write_text(text)
+    res = CliRunner().invoke(cli, ["whatif", run.trace_dir, str(sc), "--store", run.store.path])
+    assert res.exit_code == 2, res.output
+    assert what in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
