@@ -73,6 +73,11 @@ def memory_model_state(run, rank: int | None = None):
     return _attributed("memory_model_state", run, rank)
 
 
+def memory_blocks(run, rank: int | None = None):
+    """Every allocator block with its lifetime and category (memory_breakdown's attribution, block by block)."""
+    return _attributed("memory_blocks", run, rank)
+
+
 def memory_category_timeline(run, rank: int | None = None):
     """Per rank, device and category, the bytes live over time (memory_breakdown's attribution at every event)."""
     return _attributed("memory_category_timeline", run, rank)

@@ -178,7 +178,7 @@ def op_facts(run, g) -> OpFacts:
         cols = g.colls[["present_ranks", "events", "arrivals", "callers"]].itertuples(index=False)
         for i, (ranks, evs, arrivals, callers) in enumerate(cols):
             coll_act[i] = any(bool(ev_act.get((int(r), int(x)), False)) for r, x in zip(ranks, evs))
-            if len(spans):  # called (arrived) from inside a recompute on the caller's thread
+            if len(spans) and coll_act[i]:  # a forward's token collective, called inside a recompute
                 for (r, _, tid), t in zip(callers, arrivals):
                     sp = spans[(spans["rank"] == r) & (spans.tid == tid)]
                     coll_rec[i] |= bool(((sp.start <= t) & (t < sp.end)).any())
@@ -342,87 +342,151 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
 
 
 # ---- the peak ------------------------------------------------------------------------------------------
-_BLOCKS_SQL = """
-SELECT rank, device_type, device_id, tid, ts_ns, bytes,
-       lead(ts_ns) OVER (PARTITION BY rank, device_type, device_id, addr ORDER BY ts_ns, event_id) AS end_ts_ns
-FROM memory
-QUALIFY bytes > 0
+_EVENTS_OF = """
+SELECT ts_ns, total_allocated FROM memory
+WHERE rank = $rank AND device_type = $device_type AND device_id = $device_id
+ORDER BY ts_ns, event_id
 """
 
 
 def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
-    """Per rank, its device with the largest measured peak: measured_peak_alloc_bytes, predicted_peak_alloc_bytes
-    and the categories (memory_breakdown) each was made of. Empty when the trace has no [memory] events.
+    """Per rank, on its device with the largest measured peak: measured_peak_alloc_bytes and
+    predicted_peak_alloc_bytes. Empty when the trace has no [memory] events.
 
-    The categories at the measured peak change as the scenario says: activations and other (temporaries) follow
-    the batch scale; communication buffers follow it where collectives carry tokens; parameters, gradients and
-    the optimizer's state do not. Checkpointing changes the
-    activations the blocks hold at the peak: 'full' keeps each block's output and one block's activations (the
-    recompute in flight) in place of every block's; 'none' on a checkpointed run gives every block the
-    activations one recompute held."""
-    from analyses.memory import memory_breakdown
+    The allocator's measured series, every block of it changed as the scenario says (memory_blocks: each block's
+    lifetime and category), and the new series' largest value:
+    - [batch] scale s: activations and other (temporaries) take s x their bytes, communication buffers too where
+      collectives carry tokens; parameters, gradients and optimizer state keep theirs;
+    - checkpointing 'full' on a run without it: what each forward block allocates and keeps for the backward,
+      but its output, is freed at the block's end and allocated again where the backward first frees any of it
+      (the recompute just before its backward);
+    - 'none' on a checkpointed run: what each recompute allocates and keeps is allocated in the forward instead,
+      at the start of its block (the recomputes, in the backward's order, are the forward's blocks reversed).
+    The series keeps the measured times: the step's re-timing does not move the allocations."""
+    from analyses.memory import memory_blocks, memory_peak
 
-    br = memory_breakdown(run)
-    if not len(br):
+    mp = memory_peak(run)
+    if not len(mp):
         return pd.DataFrame(columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
                                      "predicted_peak_alloc_bytes"])
-    tot = br.groupby(["rank", "device_type", "device_id"], as_index=False).bytes_at_peak.sum()
-    top = tot.sort_values("bytes_at_peak").groupby("rank").tail(1)
+    top = mp.sort_values("peak_allocated_bytes", kind="stable").groupby("rank").tail(1).sort_values("rank")
     s = sc.batch.scale
     ckpt = sc.memory.activation_checkpointing
-    blocks = run.sql(_BLOCKS_SQL) if ckpt is not None and facts is not None else None
+    moves = ckpt is not None and facts is not None and (ckpt == "none") == facts.checkpointed
+    blocks = memory_blocks(run) if s != 1.0 or moves else None
     rows = []
-    for r, dt, di, meas in top.itertuples(index=False):
-        cat = br[(br["rank"] == r) & (br.device_type == dt) & (br.device_id == di)].set_index("category").bytes_at_peak
-        peak_ts = int(br[(br["rank"] == r) & (br.device_type == dt) & (br.device_id == di)].peak_ts_ns.iloc[0])
-        act = float(cat.get("activations", 0))
+    for r, dt, di, meas in top[["rank", "device_type", "device_id", "peak_allocated_bytes"]].itertuples(index=False):
+        pred = float(meas)
         if blocks is not None:
+            ev = run.sql(_EVENTS_OF, {"rank": int(r), "device_type": int(dt), "device_id": int(di)})
             mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
-            act = _checkpointed_activations(g, facts, r, mine, peak_ts, act, ckpt)
-        comm_s = s if facts is not None and facts.coll_act.any() else 1.0
-        pred = (float(cat.get("parameters", 0)) + float(cat.get("gradients", 0))
-                + float(cat.get("optimizer_state", 0))
-                + float(cat.get("communication_buffers", 0)) * comm_s
-                + (act + float(cat.get("other", 0))) * s)
-        rows.append({"rank": int(r), "device_type": int(dt), "device_id": int(di), "measured_peak_alloc_bytes": int(meas),
-                     "predicted_peak_alloc_bytes": int(round(pred))})
+            deltas = _scaled(mine, s, facts) if s != 1.0 else []
+            if moves:  # a moved block has its new size (the batch's) where it moves
+                grow = np.where(mine.category.isin(_scaling(facts)).to_numpy(), s, 1.0)
+                mine = mine.assign(bytes=mine.bytes.to_numpy(np.float64) * grow)
+                deltas += (_recomputed(g, facts, int(r), mine) if ckpt == "full"
+                           else _kept(g, facts, int(r), mine))
+            pred = _peak(ev.ts_ns.to_numpy(np.int64), ev.total_allocated.to_numpy(np.float64), deltas)
+        rows.append({"rank": int(r), "device_type": int(dt), "device_id": int(di),
+                     "measured_peak_alloc_bytes": int(meas), "predicted_peak_alloc_bytes": int(round(pred))})
     return pd.DataFrame(rows)
 
 
-def _checkpointed_activations(g, facts: OpFacts, rank: int, blocks: pd.DataFrame, peak_ts: int, act: float,
-                              ckpt: str) -> float:
-    """The activations at the peak with checkpointing as ckpt says (predict_peak)."""
+_END = np.iinfo(np.int64).max
+
+
+def _life(b) -> tuple[int, int]:
+    return int(b.alloc_ts_ns), (_END if pd.isna(b.end_ts_ns) else int(b.end_ts_ns))
+
+
+def _scaling(facts: OpFacts | None) -> set:
+    """The categories whose blocks follow the tokens a rank holds."""
+    return {"activations", "other"} | ({"communication_buffers"} if facts is not None and facts.coll_act.any() else set())
+
+
+def _scaled(blocks: pd.DataFrame, s: float, facts: OpFacts | None) -> list:
+    """(from, to, bytes) changes of the blocks that follow the tokens, at s x their size."""
+    out = []
+    for b in blocks[blocks.category.isin(_scaling(facts))].itertuples(index=False):
+        a, e = _life(b)
+        out.append((a, e, (s - 1.0) * b.bytes))
+    return out
+
+
+def _forward_blocks(g, facts: OpFacts, rank: int) -> list[list[tuple[int, int]]]:
+    """Per step of the rank, the (start, end) of each forward block, in time order."""
+    out = []
     st = g.steps[g.steps["rank"] == rank]
-    at = st[(st.ts_ns <= peak_ts) & (peak_ts < st.end_ns)]
-    if not len(at):
-        return act
-    s0, s1 = int(at.ts_ns.iloc[0]), int(at.end_ns.iloc[0])
-    live = blocks.end_ts_ns.isna() | (blocks.end_ts_ns > peak_ts)
-    ts = blocks.ts_ns.to_numpy(np.int64)
-    # the forward's blocks in the peak's step: each run of consecutive block nodes
-    on = np.flatnonzero((g.rank == rank) & (facts.block_ns > 0) & (g.start_ns >= s0) & (g.start_ns < s1))
-    on = on[np.argsort(g.start_ns[on])]
-    spans = _runs(g, on, facts)
+    for s0, s1 in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)):
+        on = np.flatnonzero((g.rank == rank) & (facts.block_ns > 0) & (g.start_ns >= s0) & (g.start_ns < s1))
+        out.append(_runs(g, on[np.argsort(g.start_ns[on], kind="stable")], facts))
+    return out
+
+
+def _recomputed(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
+    """Checkpointing a run that did not: each forward block's kept allocations (its output aside) are not held
+    from the block's end until its backward starts (the first of them freed)."""
+    out = []
+    act = blocks[blocks.category == "activations"]
+    ts = act.alloc_ts_ns.to_numpy(np.int64)
+    ends = act.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
+    bwd = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+    for spans in _forward_blocks(g, facts, rank):
+        for a, b in spans:
+            i = np.searchsorted(bwd, b)
+            if i == len(bwd):
+                continue
+            # kept for the backward: still live when the backward after the block begins
+            kept = np.flatnonzero((ts >= a) & (ts < b) & (ends > bwd[i]))
+            if len(kept) < 2:
+                continue
+            kept = kept[np.argsort(ts[kept], kind="stable")][:-1]  # the last: the block's output, the next's input
+            back = ends[kept].min()
+            if not np.isfinite(back) or back <= b:
+                continue
+            out += [(b, int(back), -float(x)) for x in act.bytes.to_numpy()[kept]]
+    return out
+
+
+def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
+    """A checkpointed run without checkpointing: what each recompute allocates and keeps is held from the start of
+    its forward block on."""
+    out = []
+    ts = blocks.alloc_ts_ns.to_numpy(np.int64)
+    ends = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
     rec = facts.recompute_spans
-    rec = rec[(rec["rank"] == rank) & (rec.start >= s0) & (rec.start < s1)]
-    if facts.checkpointed:
-        if not len(rec):
-            return act
-        per_block = np.mean([blocks.bytes[(ts >= a) & (ts < b) & (blocks.end_ts_ns.isna() | (blocks.end_ts_ns > b))].sum()
-                             for a, b in zip(rec.start, rec.end)])
-        held = sum(blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in zip(rec.start, rec.end))
-        outputs = sum(blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in spans)
-        k = len(spans) or len(rec)
-        return act - held - outputs + k * per_block if ckpt == "none" else act
-    if ckpt == "none" or not spans:
-        return act
-    held = [blocks.bytes[live & (ts >= a) & (ts < b)].sum() for a, b in spans]
-    # a block's output: the last allocation its last op made that is still live
-    outs = []
-    for a, b in spans:
-        m = live & (ts >= a) & (ts < b)
-        outs.append(int(blocks.bytes[m].iloc[-1]) if m.any() else 0)
-    return act - sum(held) + sum(outs) + float(np.mean(held))
+    rec = rec[rec["rank"] == rank]
+    st = g.steps[g.steps["rank"] == rank]
+    fwd = _forward_blocks(g, facts, rank)
+    for (s0, s1), spans in zip(zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)), fwd):
+        mine = rec[(rec.start >= s0) & (rec.start < s1)].sort_values("start")
+        if not len(mine) or not spans:
+            continue
+        for j, (a, b) in enumerate(zip(mine.start.to_numpy(np.int64), mine.end.to_numpy(np.int64))):
+            k = len(spans) - 1 - j  # the backward recomputes the last block first
+            start = spans[max(k, 0)][0]
+            held = np.flatnonzero((ts >= a) & (ts < b) & (ends > b))
+            out += [(start, int(t), float(x)) for t, x in zip(ts[held], blocks.bytes.to_numpy()[held])]
+    return out
+
+
+def _peak(ts: np.ndarray, total: np.ndarray, deltas: list) -> float:
+    """The largest value of the measured series (total after each event at ts) plus the changes (from, to, bytes)."""
+    if not len(ts):
+        return 0.0
+    if not deltas:
+        return float(total.max())
+    d = np.asarray(deltas, dtype=np.float64)
+    pts = np.concatenate([d[:, 0], d[:, 1]])
+    vals = np.concatenate([d[:, 2], -d[:, 2]])
+    order = np.argsort(pts, kind="stable")
+    pts, cum = pts[order], np.cumsum(vals[order])
+    at = np.unique(np.concatenate([ts.astype(np.float64), pts[np.isfinite(pts) & (pts < _END)]]))
+    base = total[np.clip(np.searchsorted(ts, at, side="right") - 1, 0, None)]
+    base[at < ts[0]] = 0.0
+    i = np.searchsorted(pts, at, side="right") - 1
+    change = np.where(i >= 0, cum[np.clip(i, 0, None)], 0.0)
+    return float(max((base + change).max(), 0.0))
 
 
 def _runs(g, on: np.ndarray, facts: OpFacts) -> list[tuple[int, int]]:
@@ -433,4 +497,4 @@ def _runs(g, on: np.ndarray, facts: OpFacts) -> list[tuple[int, int]]:
     on = on[np.sort(first)]
     period = facts.blocks[int(g.rank[on[0]])][0]
     return [(int(g.start_ns[p[0]]), int(g.start_ns[p[-1]] + g.dur_ns[p[-1]]))
-            for p in (on[i:i + period] for i in range(0, len(on), period)) if len(p)]
+            for p in (on[i:i + period] for i in range(0, len(on), period)) if len(p) == period]

@@ -134,7 +134,10 @@ def _memory_columns(run, g, sc, res) -> dict:
     from .specs import Scenario
 
     sc = sc or Scenario()
-    peaks = memory.predict_peak(run, g, res.info.memory if res is not None else None, sc) if _has_memory(run) else None
+    facts = res.info.memory if res is not None else None
+    if facts is not None and res.graph is not g:  # a folded replay's facts are its representatives' graph's
+        facts = memory.op_facts(run, g)
+    peaks = memory.predict_peak(run, g, facts, sc) if _has_memory(run) else None
     if peaks is None or not len(peaks):
         return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
     hw = sc.hardware

@@ -199,8 +199,10 @@ def test_recorded_runs_add_up_and_checkpointing_cuts_the_activations(recorded):
             expect = param_bytes if lay == "ddp" else param_bytes / 2
             assert state["parameter_bytes"].tolist() == pytest.approx([expect] * 2, rel=0.01), (lay, ck)
             assert state["adam"].all()
-            # never more parameters or optimizer state than the model has (FSDP gathers at most all of it)
-            assert by["parameters"] <= param_bytes * 1.1 and by["optimizer_state"] <= 2 * param_bytes, (lay, ck)
+            # never more parameters than a rank can hold: its shard plus, under FSDP, every module gathered at once
+            # (prefetching holds two blocks and the root); never more optimizer state than Adam's two per parameter
+            bound = param_bytes if lay == "ddp" else param_bytes / 2 + param_bytes
+            assert by["parameters"] <= bound and by["optimizer_state"] <= 2 * param_bytes, (lay, ck)
         assert act["full"] < act["none"] / 2, (lay, act)
 
 
