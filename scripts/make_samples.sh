@@ -31,8 +31,18 @@ tracekit demo-train --out "$out/ddp4_4hosts_100mbit" --ranks 4 --hosts 4 --link-
 tracekit demo-train --out "$out/ddp2_layers" --ranks 2 --d-model 128 --layers 4 --vocab 512 --seq-len 32 \
   --batch-size 8 --steps 6 --warmup 1 --timed-steps 4
 
+# (f) memory/: one DDP job on loopback with the allocator's [memory] events, with and without activation
+# checkpointing (checkpoint_wrapper on every block): the memory what-ifs predict each from the other.
+for ckpt in none full; do
+  tracekit demo-layout --out "$out/memory/ddp_ckpt_$ckpt" --layout ddp --ranks 2 --d-model 128 --layers 2 --heads 4 \
+    --vocab 512 --seq-len 64 --batch-size 8 --steps 3 --warmup 1 --timed-steps 1 --profile-memory --checkpointing "$ckpt"
+  rm -f "$out/memory/ddp_ckpt_$ckpt"/rank*.fr.json
+done
+
 # Ingest must find every rank; the store itself is not bundled.
-for d in "$out"/*/; do
+for d in "$out"/*/ "$out"/memory/*/; do
+  [ "$d" = "$out/memory/" ] && continue
   tracekit ingest "$d" --store "$(mktemp -d)/store" --quiet
 done
 du -sh "$out"
+

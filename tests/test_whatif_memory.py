@@ -101,3 +101,45 @@ def test_bad_keys_are_one_line_exit_2(run, tmp_path, text, what):
     assert res.exit_code == 2, res.output
     assert what in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+# ---- the bundled pair: one DDP job recorded with and without checkpointing (sample_traces/memory) ------------
+SAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+@pytest.fixture(scope="module")
+def memory_samples(tmp_path_factory):
+    base = tmp_path_factory.mktemp("memory_samples")
+    out = {}
+    for ck in ("none", "full"):
+        r = tracekit.open(str(SAMPLES / "memory" / f"ddp_ckpt_{ck}"), store=str(base / ck))
+        out[ck] = (r, whatif(r, []).iloc[0])
+    yield out
+    for r, _ in out.values():
+        r.close()
+
+
+@pytest.mark.parametrize("src, dst", [("none", "full"), ("full", "none")])
+def test_the_bundled_pair_predicts_each_others_peak(memory_samples, src, dst):
+    run, _ = memory_samples[src]
+    _, measured = memory_samples[dst]
+    row = _one(run, memory={"activation_checkpointing": dst}).loc["x"]
+    # the allocator's own series with the checkpointed blocks moved: within 1% of the other recording's peak
+    assert row.predicted_peak_alloc_bytes == pytest.approx(measured.predicted_peak_alloc_bytes, rel=0.01)
+    # checkpointing costs a recompute: the prediction moves the step the way the other recording went
+    assert (row.predicted_step_ns > memory_samples[src][1].measured_step_ns) == (dst == "full")
+
+
+def test_every_bundled_sample_with_memory_events_adds_up(tmp_path):
+    """memory_breakdown's categories are memory_peak's peak on every bundled sample that records [memory] events."""
+    seen = 0
+    for run_json in sorted(SAMPLES.rglob("run.json")):
+        with tracekit.open(str(run_json.parent), store=str(tmp_path / run_json.parent.name)) as r:
+            peak = r.analyze("memory_peak")
+            if not len(peak):
+                continue
+            seen += 1
+            sums = r.analyze("memory_breakdown").groupby(["rank", "device_type", "device_id"]).bytes_at_peak.sum()
+            assert (sums.reindex(peak.set_index(["rank", "device_type", "device_id"]).index).to_numpy()
+                    == peak.peak_allocated_bytes.to_numpy()).all(), run_json.parent
+    assert seen >= 2
