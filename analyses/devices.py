@@ -17,7 +17,7 @@ from tracekit.errors import TracekitError
 
 CATALOG = Path(__file__).with_name("device_catalog.toml")
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
-KEYS = {"match", "memory_gbps", "memory_gib", "source", *DTYPES}
+KEYS = {"match", "memory_gbps", "memory_gib", "host_link_gbps", "source", *DTYPES}
 ENV = "TRACEKIT_DEVICE_CATALOG"
 
 
@@ -29,6 +29,7 @@ class Device:
     memory_gbps: float | None
     source: str
     memory_gib: float | None = None  # capacity of one device (a rank's GPU), GiB
+    host_link_gbps: float | None = None  # the device's link to its host's memory, one direction, GB/s
 
     def memory_capacity_bytes(self) -> int | None:
         return round(self.memory_gib * 2**30) if self.memory_gib is not None else None
@@ -63,15 +64,17 @@ def _read(path: Path) -> dict[str, Device]:
             re.compile(d["match"])
         except re.error as e:
             raise TracekitError(f"{where}: devices.{name}.match: not a regular expression ({e})") from None
-        for k in (*DTYPES, "memory_gbps", "memory_gib"):
+        for k in (*DTYPES, "memory_gbps", "memory_gib", "host_link_gbps"):
             v = d.get(k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
                 raise TracekitError(f"{where}: devices.{name}.{k}: {v!r} is not allowed; a positive number "
-                                    "(TFLOP/s for a dtype, GB/s for memory_gbps, GiB for memory_gib), or leave it "
+                                    "(TFLOP/s for a dtype, GB/s for memory_gbps and host_link_gbps, GiB for memory_gib), "
+                                    "or leave it "
                                     "out when unknown")
         out[name] = Device(name, d["match"], {k: float(d[k]) for k in DTYPES if k in d},
                            float(d["memory_gbps"]) if "memory_gbps" in d else None, d["source"],
-                           float(d["memory_gib"]) if "memory_gib" in d else None)
+                           float(d["memory_gib"]) if "memory_gib" in d else None,
+                           float(d["host_link_gbps"]) if "host_link_gbps" in d else None)
     return out
 
 

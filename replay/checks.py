@@ -54,6 +54,12 @@ def percent(v):
     return float(v)
 
 
+def boolean(v):
+    if not isinstance(v, bool):
+        raise Bad("must be true or false")
+    return v
+
+
 def int_at_least(lo):
     def check(v):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:

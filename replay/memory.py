@@ -1,4 +1,4 @@
-"""[memory] and [batch]: activation checkpointing and the global batch,
+"""[memory] and [batch]: activation checkpointing, the optimizer's state offloaded to the host and the global batch,
 re-timed on the run's own ops (the step time) and attributed on its allocations (the peak, predict_peak).
 
 What the trace shows, per graph node (op_facts):
@@ -312,6 +312,12 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
     elif ckpt is not None:
         notes.append(f"{sc.where}: [memory] activation_checkpointing = '{ckpt}' is what the run did: no change")
     if s != 1.0:
+        if not facts.act.any():
+            from .checks import ScenarioError
+
+            raise ScenarioError(f"{sc.where}: [batch] scale: no op of the trace reads a tensor of the step's tokens "
+                                "(it records no input shapes: profile with record_shapes=True), so which ops follow "
+                                "the batch cannot be told")
         gpu_rank = set(facts.kernel_floor_ns)
         cpu = g.kind == _graph.K["cpu"]
         gpu = g.kind == _graph.K["gpu"]
@@ -339,6 +345,62 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
     if ckpt == "none" and facts.checkpointed:
         coll_scale[facts.coll_recompute] = 0.0
     return MemoryRetime(factor, coll_scale, notes)
+
+
+# ---- the optimizer's state offloaded to the host ----------------------------------------------------------
+def offload(run, g, facts: OpFacts, sc) -> tuple[np.ndarray, dict, list]:
+    """[memory] offload_optimizer: ns added per node (the state in over the host link before the optimizer's first
+    kernel of each step, out after its last), the state's bytes per rank, and notes. The state is what the device
+    holds of it at the peak (memory_breakdown's optimizer_state); the link is [memory] host_link_gbps, else the
+    device catalog's for the rank's GPU ([hardware] gpu's when given)."""
+    from analyses.devices import catalog, device_properties, match
+    from analyses.memory import memory_breakdown
+
+    from .checks import ScenarioError
+
+    gpu = g.kind == _graph.K["gpu"]
+    if not gpu.any():
+        raise ScenarioError(f"{sc.where}: [memory] offload_optimizer: the run has no GPU ops (a CPU run): its "
+                            "optimizer state is in host memory already")
+    br = memory_breakdown(run)
+    if not len(br):
+        raise ScenarioError(f"{sc.where}: [memory] offload_optimizer: the trace has no [memory] events to find the "
+                            "optimizer state in (profile with profile_memory=True)")
+    opt = br[br.category == "optimizer_state"].groupby("rank").bytes_at_peak.max()
+    devs = catalog(sc.hardware.catalog)
+    named = match(sc.hardware.gpu, devs) if sc.hardware.gpu else None
+    props = device_properties(run)
+    added = np.zeros(len(g.kind), np.int64)
+    state, notes, links = {}, [], set()
+    for r in np.unique(g.rank[gpu]):
+        r = int(r)
+        state[r] = int(opt.get(r, 0))
+        gbps = sc.memory.host_link_gbps
+        if gbps is None:
+            dev = named or next((d for p in props.get(r, []) for d in [match(p.get("name"), devs)] if d), None)
+            gbps = dev.host_link_gbps if dev is not None else None
+            if gbps is None:
+                raise ScenarioError(f"{sc.where}: [memory] offload_optimizer: the host link of rank {r}'s GPU "
+                                    f"({dev.name if dev else 'not in the device catalog'}) is unknown: give "
+                                    "[memory] host_link_gbps")
+        links.add(gbps)
+        one_way = int(round(state[r] / (gbps * 1e9) * 1e9))
+        on = gpu & (g.rank == r) & (facts.phase == OPTIMIZER)
+        for s0, s1 in zip(g.steps[g.steps["rank"] == r].ts_ns, g.steps[g.steps["rank"] == r].end_ns):
+            idx = np.flatnonzero(on & (g.start_ns >= s0) & (g.start_ns < s1))
+            if len(idx):
+                idx = idx[np.argsort(g.start_ns[idx], kind="stable")]
+                added[idx[0]] += one_way
+                added[idx[-1]] += one_way
+    if not any(state.values()):
+        notes.append(f"{sc.where}: [memory] offload_optimizer: no optimizer state found in device memory at the peak "
+                     "(memory_breakdown: it needs the optimizer's shapes, record_shapes=True): nothing moves")
+    else:
+        mb = max(state.values()) / 1e6
+        notes.append(f"{sc.where}: optimizer state offloaded: {mb:.1f} MB a rank in and out over a "
+                     f"{'/'.join(f'{x:g}' for x in sorted(links))} GB/s host link each step (before the optimizer's "
+                     "first kernel and after its last, nothing overlapping them), and off the device's peak")
+    return added, state, notes
 
 
 # ---- the peak ------------------------------------------------------------------------------------------
@@ -373,7 +435,16 @@ def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
     s = sc.batch.scale
     ckpt = sc.memory.activation_checkpointing
     moves = ckpt is not None and facts is not None and (ckpt == "none") == facts.checkpointed
-    blocks = memory_blocks(run) if s != 1.0 or moves else None
+    off = sc.memory.offload_optimizer
+    blocks = memory_blocks(run) if s != 1.0 or moves or off else None
+    opt_at_peak = {}
+    if off:
+        from analyses.memory import memory_breakdown
+
+        br = memory_breakdown(run)
+        br = br[br.category == "optimizer_state"]
+        opt_at_peak = {(int(a), int(b), int(c)): float(v) for a, b, c, v in
+                       br[["rank", "device_type", "device_id", "bytes_at_peak"]].itertuples(index=False)}
     rows = []
     for r, dt, di, meas in top[["rank", "device_type", "device_id", "peak_allocated_bytes"]].itertuples(index=False):
         pred = float(meas)
@@ -386,7 +457,15 @@ def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
                 mine = mine.assign(bytes=mine.bytes.to_numpy(np.float64) * grow)
                 deltas += (_recomputed(g, facts, int(r), mine) if ckpt == "full"
                            else _kept(g, facts, int(r), mine))
-            pred = _peak(ev.ts_ns.to_numpy(np.int64), ev.total_allocated.to_numpy(np.float64), deltas)
+            pre_opt = 0.0
+            if off:  # the state's blocks leave the device, and the share of it allocated before profiling
+                state = mine[mine.category == "optimizer_state"]
+                deltas += [(a, e, -float(b.bytes)) for b in state.itertuples(index=False) for a, e in [_life(b)]]
+                peak_ts = int(mp[(mp["rank"] == r) & (mp.device_type == dt) & (mp.device_id == di)]
+                              .peak_allocated_ts_ns.iloc[0])
+                live = state[(state.alloc_ts_ns <= peak_ts) & (state.end_ts_ns.isna() | (state.end_ts_ns > peak_ts))]
+                pre_opt = max(opt_at_peak.get((int(r), int(dt), int(di)), 0.0) - float(live.bytes.sum()), 0.0)
+            pred = _peak(ev.ts_ns.to_numpy(np.int64), ev.total_allocated.to_numpy(np.float64), deltas) - pre_opt
         rows.append({"rank": int(r), "device_type": int(dt), "device_id": int(di),
                      "measured_peak_alloc_bytes": int(meas), "predicted_peak_alloc_bytes": int(round(pred))})
     return pd.DataFrame(rows)

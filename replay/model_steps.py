@@ -77,8 +77,8 @@ def compute_step(g, sc: Scenario, run, st: ModelState) -> None:
 
 
 def memory_step(g, sc: Scenario, run, st: ModelState) -> None:
-    """[batch] scale and [memory]: the ops that follow the step's tokens and checkpoint recompute
-    (replay/memory.py)."""
+    """[batch] scale and [memory]: the ops that follow the step's tokens, checkpoint recompute and the
+    optimizer's state over the host link (replay/memory.py)."""
     if sc.batch.scale == 1.0 and not sc.memory.changes_memory:
         return
     from . import memory
@@ -89,6 +89,10 @@ def memory_step(g, sc: Scenario, run, st: ModelState) -> None:
     got = memory.retime(g, run, sc, facts, st.dur_ns)
     touched = got.factor != 1.0
     st.dur_ns[touched] = np.rint(st.dur_ns[touched] * got.factor[touched]).astype(np.int64)
+    if sc.memory.offload_optimizer:
+        added, _, more = memory.offload(run, g, facts, sc)
+        st.dur_ns += added
+        got.notes += more
     if (got.colls_bytes_scale != 1.0).any():
         b = st.colls["bytes"].to_numpy(dtype="float64", na_value=np.nan)
         st.colls = st.colls.assign(bytes=pd.array(np.rint(b * got.colls_bytes_scale), dtype="Int64"))
@@ -104,6 +108,10 @@ def hardware_step(g, sc: Scenario, run, st: ModelState) -> None:
     got = hardware.retime(g, run, sc.hardware, st.dur_ns, sc.where)
     touched = got.factor != 1.0
     st.dur_ns[touched] = np.rint(st.dur_ns[touched] * got.factor[touched]).astype(np.int64)
+    if sc.memory.offload_optimizer:
+        added, _, more = memory.offload(run, g, facts, sc)
+        st.dur_ns += added
+        got.notes += more
     st.notes += got.notes
     st.info.hardware = got.ops
 

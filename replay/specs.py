@@ -17,6 +17,7 @@ from . import factory
 from .checks import (
     Bad,
     ScenarioError,
+    boolean,
     fraction,
     globs,
     int_at_least,
@@ -221,12 +222,16 @@ class MemorySpec:
     """[memory]: what the step keeps in device memory (replay/memory.py). The defaults keep the run's."""
     # "none" | "full" (every repeated block's forward recomputed in its backward); None: as the run did
     activation_checkpointing: str | None = key(None, one_of(*CHECKPOINTING))
+    # the optimizer's state kept in host memory: in over the host link before the update, out after it, each step
+    offload_optimizer: bool = key(False, boolean)
+    # the host link (GB/s, one direction) the state crosses; None: the device catalog's for each rank's GPU
+    host_link_gbps: float | None = key(None, positive)
     # the share of the device's memory a predicted peak must leave free to fit (NULL capacity: no verdict)
     reserve_pct: float = key(DEFAULT_MEMORY_RESERVE_PCT, percent)
 
     @property
     def changes_memory(self) -> bool:
-        return self.activation_checkpointing is not None
+        return self.activation_checkpointing is not None or self.offload_optimizer
 
 
 @dataclass(frozen=True)

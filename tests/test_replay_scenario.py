@@ -216,7 +216,7 @@ def test_yaml_without_pyyaml_says_what_to_do(tmp_path, monkeypatch):
     ("[parallelism]\ndp = 100000000\n", "[parallelism] dp", "must be at most 1,048,576 (2^20): the replay holds"),
     ("[memroy]\nx = 1\n", "memroy", "unknown key; allowed: name, description, seed, steps, network, compute, "
                                       "optical, failures, parallelism, topology, hardware, memory, batch"),
-    ("[memory]\nx = 1\n", "[memory] x", "unknown key; allowed: activation_checkpointing, reserve_pct"),
+    ("[memory]\nx = 1\n", "[memory] x", "unknown key; allowed: activation_checkpointing, offload_optimizer, host_link_gbps, reserve_pct"),
     ("[memory]\nactivation_checkpointing = \"some\"\n", "[memory] activation_checkpointing", "none"),
     ("[batch]\nscale = 0\n", "[batch] scale", "must be a number > 0"),
     ("[batch]\nscale = -2\n", "[batch] scale", "must be a number > 0"),

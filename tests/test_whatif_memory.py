@@ -143,3 +143,92 @@ def test_every_bundled_sample_with_memory_events_adds_up(tmp_path):
             assert (sums.reindex(peak.set_index(["rank", "device_type", "device_id"]).index).to_numpy()
                     == peak.peak_allocated_bytes.to_numpy()).all(), run_json.parent
     assert seen >= 2
+
+
+# ---- the optimizer's state offloaded: a GPU step built in code (no GPU here to record one) --------------------
+def _gpu_training_events(n_steps: int = 3, state_bytes: int = 64_000_000) -> list[dict]:
+    """A GPU training step a rank: forward and backward GEMMs, an AdamW step whose first step allocates the
+    optimizer's state on the device (kept), a synchronize at the step's end (times in us)."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}}]
+    t, corr, total = 1000.0, 1, 0
+
+    def op(name, ts, dur, cat="cpu_op", **args):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": 7, "ts": ts, "dur": dur, "args": args})
+
+    def launch(ts, kts, kdur, name):
+        nonlocal corr
+        op("cudaLaunchKernel", ts, 5, cat="cuda_runtime", cbid=211, correlation=corr)
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": kts, "dur": kdur,
+                   "args": {"device": 0, "stream": 7, "correlation": corr}})
+        ev.append({"ph": "s", "id": corr, "pid": 100, "tid": 7, "ts": ts, "cat": "ac2g", "name": "ac2g"})
+        ev.append({"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": kts, "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        corr += 1
+
+    def mem(ts, addr, nbytes):
+        nonlocal total
+        total += nbytes
+        ev.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100, "tid": 7, "ts": ts, "s": "t",
+                   "args": {"Addr": addr, "Bytes": nbytes, "Total Allocated": total, "Total Reserved": total,
+                            "Device Type": 1, "Device Id": 0}})
+
+    dims = {"Input Dims": [[64, 32], [32, 32]], "Input type": ["float", "float"]}
+    for s in range(n_steps):
+        op(f"ProfilerStep#{s}", t, 900, cat="user_annotation")
+        op("aten::mm", t + 10, 40, **dims)
+        launch(t + 12, t + 30, 200, "gemm_fwd")
+        mem(t + 11, 0x1000, 8192)
+        op("autograd::engine::evaluate_function: MmBackward0", t + 100, 40)
+        op("aten::mm", t + 105, 30, **dims)
+        launch(t + 106, t + 240, 200, "gemm_bwd")
+        op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", t + 150, 20)
+        op("torch::autograd::AccumulateGrad", t + 151, 18, **{"Input Dims": [[32, 32]], "Input type": ["float"]})
+        mem(t + 160, 0x1000, -8192)
+        op("Optimizer.step#AdamW.step", t + 200, 100, cat="user_annotation")
+        op("aten::_foreach_add_", t + 210, 20, **{"Input Dims": [[32, 32]], "Input type": ["float"]})
+        launch(t + 212, t + 450, 50, "adam_kernel")
+        if s == 0:
+            mem(t + 220, 0x2000, state_bytes)
+        op("cudaDeviceSynchronize", t + 320, 200, cat="cuda_runtime", cbid=165)
+        t += 1000
+    return ev
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory):
+    from .conftest import write_trace
+
+    d = tmp_path_factory.mktemp("gpu_offload")
+    props = {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85018279936}]}
+    write_trace(d / "t" / "rank0.trace.json", _gpu_training_events(), rank=0, world_size=1, extra=props)
+    with tracekit.open(str(d / "t"), store=str(d / "s")) as r:
+        yield r
+
+
+@pytest.mark.parametrize("link, gbps", [({}, 64.0), ({"host_link_gbps": 8.0}, 8.0)])
+def test_offloading_the_optimizer_moves_its_state_each_step_and_off_the_peak(gpu_run, link, gbps):
+    df = _one(gpu_run, memory={"offload_optimizer": True, **link})
+    # 64 MB in before the update and out after it, over the H100's PCIe Gen5 x16 (64 GB/s a way) or the given link
+    assert df.loc["x", "predicted_step_ns"] - df.loc["measured", "predicted_step_ns"] == round(2 * 64e6 / gbps)
+    assert df.loc["measured", "predicted_peak_alloc_bytes"] - df.loc["x", "predicted_peak_alloc_bytes"] == 64_000_000
+    assert df.loc["x", "device_memory_bytes"] == 85018279936
+
+
+def test_offloading_from_a_cpu_run_is_refused(run, tmp_path):
+    sc = tmp_path / "off.toml"
+    sc.write_text("[memory]\noffload_optimizer = true\n")
+    res = CliRunner().invoke(cli, ["whatif", run.trace_dir, str(sc), "--store", run.store.path])
+    assert res.exit_code == 2 and "a CPU run" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_batch_on_a_trace_without_shapes_is_refused(gpu_run, tmp_path):
+    d = tmp_path / "noshapes"
+    from .conftest import write_trace
+
+    ev = [{k: v for k, v in e.items()} for e in _gpu_training_events()]
+    for e in ev:
+        if isinstance(e.get("args"), dict):
+            e["args"] = {k: v for k, v in e["args"].items() if k not in ("Input Dims", "Input type")}
+    write_trace(d / "rank0.trace.json", ev, rank=0, world_size=1)
+    with tracekit.open(str(d), store=str(tmp_path / "s")) as r:
+        with pytest.raises(tracekit.errors.TracekitError, match=r"\[batch\] scale: .*record_shapes=True"):
+            _one(r, batch={"scale": 2.0})

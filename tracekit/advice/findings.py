@@ -404,6 +404,7 @@ def memory_headroom(run, ctx) -> list[Candidate]:
     """The largest global-batch scale whose predicted peak still fits the device (fit_verdict), by the memory
     what-if ([batch] scale): 2, 4, 8, ... up to HEADROOM_MAX_SCALE while it fits; 1.5 when 2 does not."""
     from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT, fit_verdict, gib
+    from replay.checks import ScenarioError
     from replay.memory import predict_peak
     from replay.scenario import scenario_from_dict
     from replay.whatif import whatif
@@ -415,7 +416,10 @@ def memory_headroom(run, ctx) -> list[Candidate]:
 
     def trial(scale):
         sc = scenario_from_dict({"name": f"batch_x{scale:g}", "batch": {"scale": scale}}, "<memory_headroom>")
-        table = whatif(run, [sc])
+        try:
+            table = whatif(run, [sc])
+        except ScenarioError:  # the trace cannot re-time a batch (no input shapes): no throughput to state
+            return None, None
         row = table[table.scenario == sc.name].iloc[0]
         dev = row.get("device_memory_bytes")
         capacity = cap if dev is None or _isna(dev) else float(dev)  # NULL (a CPU run): doctor's, from --device
@@ -432,6 +436,8 @@ def memory_headroom(run, ctx) -> list[Candidate]:
     best = None
     for scale in sorted([s for s in fitting if failed is None or s < failed] or [1.5], reverse=True):
         fits, tried = trial(scale)
+        if fits is None:
+            return []
         if fits:
             best = tried
             break
