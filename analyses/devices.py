@@ -68,8 +68,8 @@ def _read(path: Path) -> dict[str, Device]:
             v = d.get(k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
                 raise TracekitError(f"{where}: devices.{name}.{k}: {v!r} is not allowed; a positive number "
-                                    "(TFLOP/s for a dtype, GB/s for memory_gbps and host_link_gbps, GiB for memory_gib), "
-                                    "or leave it "
+                                    "(TFLOP/s for a dtype, GB/s for memory_gbps and host_link_gbps, GiB for "
+                                    "memory_gib), or leave it "
                                     "out when unknown")
         out[name] = Device(name, d["match"], {k: float(d[k]) for k in DTYPES if k in d},
                            float(d["memory_gbps"]) if "memory_gbps" in d else None, d["source"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracekit.store.sql import statements
 
-from ._sql import check_scope, has_gpu_ops, prepare, query, sql_text, with_note, NO_GPU
+from ._sql import NO_GPU, check_scope, has_gpu_ops, prepare, query, sql_text, with_note
 from .host_time import DATA_LOADING_PATTERN
 
 NO_MEMORY_EVENTS = "no [memory] events in this trace (profile with profile_memory=True)"

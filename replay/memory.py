@@ -50,8 +50,8 @@ WITH p AS (
     GROUP BY rank)
 SELECT e.rank, e.tid, e.event_id, e.name, e.ts_ns, e.dur_ns, coalesce(e.sequence_number, -1) AS seq,
        coalesce(len(list_filter(CAST(json_transform(e.input_dims, '["JSON"]') AS VARCHAR[]),
-                                lambda t: json_array_length(t) >= 2 AND NOT list_contains(coalesce(p.shapes, []), t))) > 0,
-                false) AS act
+                                lambda t: json_array_length(t) >= 2
+                                          AND NOT list_contains(coalesce(p.shapes, []), t))) > 0, false) AS act
 FROM events e LEFT JOIN p USING (rank)
 WHERE e.ph = 'X' AND e.cat IN ('cpu_op', 'user_annotation', 'cuda_runtime', 'cuda_driver')
   AND e.dur_ns IS NOT NULL
@@ -307,8 +307,8 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
         period, wall, _, k = next(iter(facts.blocks.values()))
         notes.append(f"{sc.where}: activation checkpointing 'full': the forward repeats a block of {period} ops; the "
                      f"blocks' ops and the collectives carrying tokens in them ({wall / k / 1e6:.1f} ms a step on rank "
-                     f"{next(iter(facts.blocks))}, as measured) are recomputed in the backward, spread over its nodes by "
-                     "their time")
+                     f"{next(iter(facts.blocks))}, as measured) are recomputed in the backward, spread over its "
+                     "nodes by their time")
     elif ckpt is not None:
         notes.append(f"{sc.where}: [memory] activation_checkpointing = '{ckpt}' is what the run did: no change")
     if s != 1.0:
@@ -480,7 +480,8 @@ def _life(b) -> tuple[int, int]:
 
 def _scaling(facts: OpFacts | None) -> set:
     """The categories whose blocks follow the tokens a rank holds."""
-    return {"activations", "other"} | ({"communication_buffers"} if facts is not None and facts.coll_act.any() else set())
+    tokens = facts is not None and facts.coll_act.any()
+    return {"activations", "other"} | ({"communication_buffers"} if tokens else set())
 
 
 def _scaled(blocks: pd.DataFrame, s: float, facts: OpFacts | None) -> list:

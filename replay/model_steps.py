@@ -84,7 +84,8 @@ def memory_step(g, sc: Scenario, run, st: ModelState) -> None:
     from . import memory
 
     if run is None:
-        raise ScenarioError(f"{sc.where}: [batch] and [memory] read the run's ops and allocations: replay a stored run")
+        raise ScenarioError(f"{sc.where}: [batch] and [memory] read the run's ops and allocations: replay a stored "
+                            "run")
     facts = memory.op_facts(run, g)
     got = memory.retime(g, run, sc, facts, st.dur_ns)
     touched = got.factor != 1.0
@@ -108,10 +109,6 @@ def hardware_step(g, sc: Scenario, run, st: ModelState) -> None:
     got = hardware.retime(g, run, sc.hardware, st.dur_ns, sc.where)
     touched = got.factor != 1.0
     st.dur_ns[touched] = np.rint(st.dur_ns[touched] * got.factor[touched]).astype(np.int64)
-    if sc.memory.offload_optimizer:
-        added, _, more = memory.offload(run, g, facts, sc)
-        st.dur_ns += added
-        got.notes += more
     st.notes += got.notes
     st.info.hardware = got.ops
 

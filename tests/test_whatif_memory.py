@@ -213,6 +213,13 @@ def test_offloading_the_optimizer_moves_its_state_each_step_and_off_the_peak(gpu
     assert df.loc["x", "device_memory_bytes"] == 85018279936
 
 
+def test_offloading_with_another_gpu(gpu_run):
+    """[hardware] and [memory] in one scenario: the GPU's host link is the named device's."""
+    df = _one(gpu_run, hardware={"gpu": "A100-SXM4-80GB"}, memory={"offload_optimizer": True})
+    assert any("32 GB/s host link" in n for n in df.attrs["notes"]["x"])
+    assert df.loc["x", "predicted_peak_alloc_bytes"] == 8192
+
+
 def test_offloading_from_a_cpu_run_is_refused(run, tmp_path):
     sc = tmp_path / "off.toml"
     sc.write_text("[memory]\noffload_optimizer = true\n")
