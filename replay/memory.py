@@ -301,14 +301,20 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
 
             raise ScenarioError(f"{sc.where}: [memory] activation_checkpointing = 'full': the trace's forward shows "
                                 "no repeated block (no op sequence that repeats) to checkpoint")
+        stops = _early_stops(run, g, facts)
         for r, (_, wall, bwd_ns, _) in facts.blocks.items():
+            if r in stops:
+                wall = stops[r]
             if bwd_ns > 0:
                 factor[(g.rank == r) & (facts.phase == BACKWARD)] *= 1.0 + wall / bwd_ns
-        period, wall, _, k = next(iter(facts.blocks.values()))
+        r0 = next(iter(facts.blocks))
+        period, wall, _, k = facts.blocks[r0]
+        wall = stops.get(r0, wall)
         notes.append(f"{sc.where}: activation checkpointing 'full': the forward repeats a block of {period} ops; the "
                      f"blocks' ops and the collectives carrying tokens in them ({wall / k / 1e6:.1f} ms a step on rank "
-                     f"{next(iter(facts.blocks))}, as measured) are recomputed in the backward, spread over its "
-                     "nodes by their time")
+                     f"{r0}, as measured) are recomputed in the backward, spread over its nodes by their time"
+                     + ("; each recompute stops after the last op whose output the backward keeps (PyTorch's "
+                        "checkpoint stops early; the [memory] events show where)" if stops else ""))
     elif ckpt is not None:
         notes.append(f"{sc.where}: [memory] activation_checkpointing = '{ckpt}' is what the run did: no change")
     if s != 1.0:
@@ -345,6 +351,47 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict 
     if ckpt == "none" and facts.checkpointed:
         coll_scale[facts.coll_recompute] = 0.0
     return MemoryRetime(factor, coll_scale, notes)
+
+
+def _early_stops(run, g, facts: OpFacts) -> dict:
+    """rank -> what recomputing its blocks takes over its whole steps, where the [memory] events show what each
+    block keeps for the backward: PyTorch's non-reentrant checkpoint stops a recompute once every tensor the
+    backward saved is made again, so a block's recompute runs its ops up to the last one whose allocation the
+    backward keeps (its output, the next block's input, aside), and the token collectives before it. {} without
+    [memory] events (the whole block is recomputed)."""
+    from analyses.memory import memory_blocks
+
+    if not _has_memory_events(run):
+        return {}
+    blocks = memory_blocks(run)
+    blocks = blocks[blocks.category == "activations"]
+    coll_start = g.colls.barrier_start_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
+    coll_ns = g.colls.measured_transfer_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
+    out = {}
+    for r in facts.blocks:
+        mine = blocks[blocks["rank"] == r]
+        ts = mine.alloc_ts_ns.to_numpy(np.int64)
+        ends = mine.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
+        bwd = np.sort(g.start_ns[(g.rank == r) & (facts.phase == BACKWARD)])
+        on_r = (g.rank == r) & (facts.block_ns > 0)
+        coll_r = facts.coll_act & np.array([r in set(x) for x in g.colls["present_ranks"]], bool) \
+            if len(g.colls) else np.zeros(0, bool)
+        st = g.steps[(g.steps["rank"] == r) & ~g.steps["is_last"].astype(bool)]
+        total = 0
+        for s0, s1 in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)):
+            for a, b in _runs(g, np.flatnonzero(on_r & (g.start_ns >= s0) & (g.start_ns < s1)), facts):
+                i = np.searchsorted(bwd, b)
+                kept = np.sort(ts[(ts >= a) & (ts < b) & (ends > (bwd[i] if i < len(bwd) else np.inf))])
+                cut = int(kept[-2]) + 1 if len(kept) >= 2 else b  # the last kept but the block's output
+                upto = on_r & (g.start_ns >= a) & (g.start_ns < cut)
+                total += int(g.dur_ns[upto].sum())
+                total += int(coll_ns[coll_r & (coll_start >= a) & (coll_start < cut)].sum())
+        out[int(r)] = total
+    return out
+
+
+def _has_memory_events(run) -> bool:
+    return bool(run.sql("SELECT count(*) > 0 AS has FROM (SELECT 1 FROM memory LIMIT 1)").has.iloc[0])
 
 
 # ---- the optimizer's state offloaded to the host ----------------------------------------------------------
