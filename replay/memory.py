@@ -42,6 +42,9 @@ VIEW_OPS = ("aten::view", "aten::reshape", "aten::transpose", "aten::t", "aten::
             "aten::_unsafe_view", "aten::alias", "aten::empty")
 # a block must hold at least this share of the forward's token-following time, relative to the best period
 BLOCK_COVERAGE = 0.9
+# the longest block the forward's op sequence is searched for (a transformer layer's top-level ops are tens to a few
+# hundred; the search costs n x periods a step)
+MAX_BLOCK_OPS = 2048
 
 _EVENTS_SQL = """
 WITH p AS (
@@ -208,6 +211,7 @@ def _blocks(g, facts: OpFacts) -> None:
     steps = g.steps
     coll_start = g.colls.barrier_start_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
     coll_ns = g.colls.measured_transfer_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
+    period_of: dict = {}
     for r in np.unique(g.rank[facts.phase == FORWARD]):
         coll_r = facts.coll_act & np.array([r in set(x) for x in g.colls["present_ranks"]], bool) \
             if len(g.colls) else np.zeros(0, bool)
@@ -220,10 +224,13 @@ def _blocks(g, facts: OpFacts) -> None:
             # one entry per event (its first piece)
             _, first = np.unique(g.event_id[idx], return_index=True)
             idx = idx[np.sort(first)]
-            found = _repeat(g.name[idx].astype(str), np.where(facts.act[idx], g.dur_ns[idx], 0))
+            # the period is found once a rank (its first step that has one); later steps reuse it
+            known = period_of.get(int(r))
+            found = _repeat(g.name[idx].astype(str), np.where(facts.act[idx], g.dur_ns[idx], 0), known)
             if found is None:
                 continue
             period, covered = found
+            period_of[int(r)] = period
             mask = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
             mask &= np.isin(g.event_id, g.event_id[idx[covered]])
             facts.block_ns[mask] = g.dur_ns[mask]
@@ -242,13 +249,16 @@ def _blocks(g, facts: OpFacts) -> None:
             facts.blocks[int(r)] = (period, w + wall, b + int(g.dur_ns[bwd].sum()), k + 1)
 
 
-def _repeat(seq: np.ndarray, weight: np.ndarray):
+def _repeat(seq: np.ndarray, weight: np.ndarray, period: int | None = None):
     """(period, covered mask) of the tandem repeat of seq that holds most of weight at the smallest period: for
-    each period p, the positions inside runs of seq[i] == seq[i + p] at least p long (two or more whole copies)."""
+    each period p, the positions inside runs of seq[i] == seq[i + p] at least p long (two or more whole copies).
+    period: only that one (a rank's later steps). Periods up to MAX_BLOCK_OPS are tried."""
     n = len(seq)
     best = []
     codes = pd.factorize(seq)[0]
-    for p in range(2, n // 2 + 1):
+    for p in ([period] if period else range(2, min(n // 2, MAX_BLOCK_OPS) + 1)):
+        if p > n // 2:
+            continue
         m = codes[:-p] == codes[p:]
         if not m.any():
             continue
