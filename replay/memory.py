@@ -40,7 +40,7 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 VIEW_OPS = ("aten::view", "aten::reshape", "aten::transpose", "aten::t", "aten::as_strided", "aten::slice",
             "aten::select", "aten::expand", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::detach",
             "aten::_unsafe_view", "aten::alias", "aten::empty")
-# a block must hold at least this share of the forward's token-following time, relative to the best period
+# a block's repeats must cover at least this share of the forward's ops that the best period covers
 BLOCK_COVERAGE = 0.9
 # the longest block the forward's op sequence is searched for (a transformer layer's top-level ops are tens to a few
 # hundred; the search costs n x periods a step)
@@ -211,26 +211,31 @@ def _blocks(g, facts: OpFacts) -> None:
     steps = g.steps
     coll_start = g.colls.barrier_start_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
     coll_ns = g.colls.measured_transfer_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
-    period_of: dict = {}
     for r in np.unique(g.rank[facts.phase == FORWARD]):
         coll_r = facts.coll_act & np.array([r in set(x) for x in g.colls["present_ranks"]], bool) \
             if len(g.colls) else np.zeros(0, bool)
         st = steps[steps["rank"] == r]
         fwd_all = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD))
         # every step's blocks are marked (the peak may be in the last); the times are the whole steps' only
+        seqs = []
         for s0, s1, last in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64), st.is_last.astype(bool)):
             idx = fwd_all[(g.start_ns[fwd_all] >= s0) & (g.start_ns[fwd_all] < s1)]
             idx = idx[np.argsort(g.start_ns[idx], kind="stable")]
-            # one entry per event (its first piece)
-            _, first = np.unique(g.event_id[idx], return_index=True)
-            idx = idx[np.sort(first)]
-            # the period is found once a rank (its first step that has one); later steps reuse it
-            known = period_of.get(int(r))
+            _, first = np.unique(g.event_id[idx], return_index=True)  # one entry per event (its first piece)
+            seqs.append((s0, s1, last, idx[np.sort(first)]))
+        # the period: searched on up to three whole steps (a first profiled step can differ), the one most of them
+        # show; the other steps are covered at that period
+        tried = [_repeat(g.name[i].astype(str), np.where(facts.act[i], g.dur_ns[i], 0))
+                 for *_, last, i in [x for x in seqs if not x[2]][:3]]
+        periods = [t[0] for t in tried if t is not None]
+        if not periods:
+            continue
+        known = max(set(periods), key=lambda p: (periods.count(p), -p))
+        for s0, s1, last, idx in seqs:
             found = _repeat(g.name[idx].astype(str), np.where(facts.act[idx], g.dur_ns[idx], 0), known)
             if found is None:
                 continue
             period, covered = found
-            period_of[int(r)] = period
             mask = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
             mask &= np.isin(g.event_id, g.event_id[idx[covered]])
             facts.block_ns[mask] = g.dur_ns[mask]
@@ -250,9 +255,11 @@ def _blocks(g, facts: OpFacts) -> None:
 
 
 def _repeat(seq: np.ndarray, weight: np.ndarray, period: int | None = None):
-    """(period, covered mask) of the tandem repeat of seq that holds most of weight at the smallest period: for
-    each period p, the positions inside runs of seq[i] == seq[i + p] at least p long (two or more whole copies).
-    period: only that one (a rank's later steps). Periods up to MAX_BLOCK_OPS are tried."""
+    """(period, covered mask) of the tandem repeat of seq that covers most of it at the smallest period: for each
+    period p, the positions inside runs of seq[i] == seq[i + p] at least p long (two or more whole copies); a repeat
+    must hold some weight (ops that follow the tokens), and it is judged by the ops it covers, not their time (a
+    few ops that wait on collectives would otherwise outweigh the block). period: only that one (a rank's later
+    steps). Periods up to MAX_BLOCK_OPS are tried."""
     n = len(seq)
     best = []
     codes = pd.factorize(seq)[0]
@@ -269,14 +276,13 @@ def _repeat(seq: np.ndarray, weight: np.ndarray, period: int | None = None):
         for a, b in zip(starts, ends):
             if b - a >= p:
                 cov[a:b + p] = True
-        w = weight[cov].sum()
-        if w > 0:
-            best.append((p, w, cov))
+        if weight[cov].sum() > 0:
+            best.append((p, int(cov.sum()), cov))
     if not best:
         return None
-    top = max(w for _, w, _ in best)
-    for p, w, cov in best:
-        if w >= BLOCK_COVERAGE * top:
+    top = max(c for _, c, _ in best)
+    for p, c, cov in best:
+        if c >= BLOCK_COVERAGE * top:
             return p, cov
     return None
 
