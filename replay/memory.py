@@ -11,8 +11,8 @@ What the trace shows, per graph node (op_facts):
   transposes, ...); an op's floor does not scale, the rest of its time does;
 - checkpoint recompute nested in it: a backward node whose nested ops carry an autograd sequence number ran a
   forward again (inside a backward, only a recompute builds autograd nodes);
-- the repeated blocks of the forward: the smallest period of the forward's op-name sequence whose repeats hold most
-  of its token-following time (Lumos' layer grouping, found without annotations).
+- the repeated blocks of the forward: the smallest period of the forward's op-name sequence whose repeats cover
+  most of its ops (Lumos' layer grouping, found without annotations).
 
 The batch scale s: a token-following op takes floor + (t - floor) x s (GPU kernels: the rank's smallest kernel as
 the floor; a GPU rank's CPU ops launch and do not scale); a collective whose tensors carry the tokens (tensor
@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
-from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT  # noqa: F401 (the [memory] reserve_pct default)
 
 CHECKPOINTING = ("none", "full")
 
@@ -161,7 +160,7 @@ def op_facts(run, g) -> OpFacts:
             in_opt |= (g.start_ns[sel] >= s0) & (g.start_ns[sel] < s1)
         ph = np.where(is_bwd[sel], BACKWARD, np.where(in_opt, OPTIMIZER, np.where(act[sel], FORWARD, OTHER)))
         phase[sel] = ph
-    # a pieces of one event share its facts; a recompute is split over the pieces by their time
+    # the pieces of one event share its facts; a recompute is split over the pieces by their time
     _spread_over_pieces(g, recompute)
     # GPU kernels: their launch's facts; the rank's smallest compute kernel is its floor
     gpu = g.kind == _graph.K["gpu"]
@@ -185,8 +184,7 @@ def op_facts(run, g) -> OpFacts:
                 for (r, _, tid), t in zip(callers, arrivals):
                     sp = spans[(spans["rank"] == r) & (spans.tid == tid)]
                     coll_rec[i] |= bool(((sp.start <= t) & (t < sp.end)).any())
-    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec,
-                    pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end"]))
+    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec, spans)
     _blocks(g, facts)
     return facts
 
@@ -206,8 +204,8 @@ def _spread_over_pieces(g, recompute: np.ndarray) -> None:
 
 
 def _blocks(g, facts: OpFacts) -> None:
-    """The forward's repeated blocks per rank (module docstring): block_ns on their nodes, (period, repeats) in
-    facts.blocks."""
+    """The forward's repeated blocks per rank (module docstring): block_ns on their nodes, and in facts.blocks the
+    period, what recomputing them takes and the backward's time over the rank's whole steps."""
     steps = g.steps
     coll_start = g.colls.barrier_start_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
     coll_ns = g.colls.measured_transfer_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
@@ -294,7 +292,7 @@ class MemoryRetime:
     notes: list
 
 
-def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray, host_link_gbps: dict | None = None) -> MemoryRetime:
+def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray) -> MemoryRetime:
     """Duration factors for [batch] scale and [memory] (module docstring), applied on top of dur_ns."""
     s = sc.batch.scale
     n = len(dur_ns)
@@ -377,7 +375,7 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
     [memory] events (the whole block is recomputed)."""
     from analyses.memory import memory_blocks
 
-    if not _has_memory_events(run):
+    if not has_memory_events(run):
         return {}
     blocks = memory_blocks(run)
     blocks = blocks[blocks.category == "activations"]
@@ -406,7 +404,8 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
     return out
 
 
-def _has_memory_events(run) -> bool:
+def has_memory_events(run) -> bool:
+    """Whether the store holds any [memory] event."""
     return bool(run.sql("SELECT count(*) > 0 AS has FROM (SELECT 1 FROM memory LIMIT 1)").has.iloc[0])
 
 

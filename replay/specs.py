@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 
+from analyses.devices import DEFAULT_MEMORY_RESERVE_PCT
+
 from . import factory
 from .checks import (
     Bad,
@@ -45,7 +47,7 @@ from .failures import (
     goodput,
     make_strategy,
 )
-from .memory import CHECKPOINTING, DEFAULT_MEMORY_RESERVE_PCT
+from .memory import CHECKPOINTING
 from .network import CalibratedModel
 from .optical import (
     DEFAULT_RECONFIG_DELAY_MS,

@@ -137,7 +137,7 @@ def _memory_columns(run, g, sc, res) -> dict:
     facts = res.info.memory if res is not None else None
     if facts is not None and res.graph is not g:  # a folded replay's facts are its representatives' graph's
         facts = memory.op_facts(run, g)
-    peaks = memory.predict_peak(run, g, facts, sc) if _has_memory(run) else None
+    peaks = memory.predict_peak(run, g, facts, sc) if memory.has_memory_events(run) else None
     if peaks is None or not len(peaks):
         return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
     hw = sc.hardware
@@ -157,10 +157,6 @@ def _memory_columns(run, g, sc, res) -> dict:
             "fits": (all(fit_verdict(p, caps[(r, di)][0], sc.memory.reserve_pct)[0]
                          for r, di, p in zip(peaks["rank"], peaks.device_id, peaks.predicted_peak_alloc_bytes))
                      if known else None), "_notes": notes[:3]}
-
-
-def _has_memory(run) -> bool:
-    return bool(run.sql("SELECT count(*) > 0 AS has FROM (SELECT 1 FROM memory LIMIT 1)").has.iloc[0])
 
 
 def _safe(name: str) -> str:
