@@ -93,6 +93,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
              "throughput_samples_per_s": gbs * 1e9 / measured if gbs and measured else None,
              "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": meas_exposed,
              **_memory_columns(run, g, None, None)}]
+    rows[0].pop("_notes", None)  # a note on the measured peak is doctor's (oom_risk), not a scenario's
     results = []
     for sc in scens:
         res = replay(run, sc, graph=g, fold=fold)
@@ -142,21 +143,18 @@ def _memory_columns(run, g, sc, res) -> dict:
         return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
     hw = sc.hardware
     caps = memory_capacities(run, list(zip(peaks["rank"], peaks.device_id)), device=hw.gpu, devices=hw.catalog)
-    worst, notes = None, []
+    rows = []  # per rank: (verdict, predicted peak, capacity)
+    notes = []
     for r, di, pred in zip(peaks["rank"], peaks.device_id, peaks.predicted_peak_alloc_bytes):
         cap = caps.get((r, di), (None, None))[0]
         ok, note = fit_verdict(pred, cap, sc.memory.reserve_pct)
-        key = (ok is False, pred / cap if cap else 0.0, pred)
-        if worst is None or key > worst[0]:
-            worst = (key, pred, cap, ok)
+        rows.append((ok, pred, cap))
         if note:
             notes.append(f"{sc.where}: rank {r}: {note}")
-    _, pred, cap, ok = worst
-    known = all((r, di) in caps for r, di in zip(peaks["rank"], peaks.device_id))
-    return {"predicted_peak_alloc_bytes": int(pred), "device_memory_bytes": cap,
-            "fits": (all(fit_verdict(p, caps[(r, di)][0], sc.memory.reserve_pct)[0]
-                         for r, di, p in zip(peaks["rank"], peaks.device_id, peaks.predicted_peak_alloc_bytes))
-                     if known else None), "_notes": notes[:3]}
+    # the rank the job is judged by: one that does not fit, else the fullest device, else the largest peak
+    ok, pred, cap = max(rows, key=lambda x: (x[0] is False, x[1] / x[2] if x[2] else 0.0, x[1]))
+    fits = None if any(v is None for v, _, _ in rows) else all(v for v, _, _ in rows)
+    return {"predicted_peak_alloc_bytes": int(pred), "device_memory_bytes": cap, "fits": fits, "_notes": notes[:3]}
 
 
 def _safe(name: str) -> str:
