@@ -73,6 +73,14 @@ def memory_model_state(run, rank: int | None = None):
     return _attributed("memory_model_state", run, rank)
 
 
+def memory_limiting_devices(peaks):
+    """memory_peak's rows for the memory a rank can run out of: its accelerators' (device_type other than CPU), or
+    on a run without any (a CPU run standing in for a GPU job) the CPU's. The one rule the memory what-if and
+    doctor's memory findings judge a rank by."""
+    dev = peaks[peaks.device_type != 0]
+    return dev if len(dev) else peaks[peaks.device_type == 0]
+
+
 def memory_blocks(run, rank: int | None = None):
     """Every allocator block with its lifetime and category (memory_breakdown's attribution, block by block)."""
     return _attributed("memory_blocks", run, rank)

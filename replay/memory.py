@@ -73,6 +73,9 @@ class OpFacts:
     coll_act: np.ndarray  # per collective row of g.colls: its tensors carry the tokens
     coll_recompute: np.ndarray  # per collective row: called inside a checkpoint recompute
     recompute_spans: pd.DataFrame  # rank, tid, start, end of each recompute (outermost op)
+    # the memory analyses the what-if reads (memory_blocks, memory_breakdown, the allocator's series), each read
+    # once: _memory_analysis
+    analyses: dict = field(default_factory=dict)
     # rank -> (period of the forward's blocks, what recomputing them takes, the backward's time, steps) over its
     # whole steps
     blocks: dict = field(default_factory=dict)
@@ -99,12 +102,14 @@ def op_facts(run, g) -> OpFacts:
     is_bwd = np.array([isinstance(s, str) and s.startswith(BACKWARD_PREFIX) for s in names])
     key_ev = pd.MultiIndex.from_arrays([ev["rank"].to_numpy(np.int64), ev["event_id"].to_numpy(np.int64)])
     ev_act = pd.Series(ev["act"].to_numpy(bool), index=key_ev)
+    host_nodes = {int(r): np.flatnonzero((g.rank == r) & (cpu | rt)) for r in np.unique(g.rank[cpu | rt])}
     for (rank, tid), e in ev.groupby(["rank", "tid"], sort=False):
         e = e.sort_values(["ts_ns", "dur_ns"], ascending=[True, False])
         ids = e.event_id.to_numpy(np.int64)
         ts = e.ts_ns.to_numpy(np.int64)
         end = ts + e.dur_ns.to_numpy(np.int64)
-        sel = np.flatnonzero((g.rank == rank) & (cpu | rt) & np.isin(g.event_id, ids))
+        mine = host_nodes.get(int(rank), np.zeros(0, np.int64))
+        sel = mine[np.isin(g.event_id[mine], ids)]
         if not len(sel):
             continue
         pos = pd.Index(ids).get_indexer(g.event_id[sel])
@@ -203,15 +208,29 @@ def _spread_over_pieces(g, recompute: np.ndarray) -> None:
         recompute[idx] = np.minimum(np.rint(total * share).astype(np.int64), g.dur_ns[idx])
 
 
+def _token_colls(g, facts: OpFacts, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, measured transfer) of the collectives carrying tokens that rank takes part in: what a block's
+    recompute runs again besides its ops (tensor parallelism's; FSDP's all-gathers are not: the backward has
+    gathered the parameters)."""
+    if not len(g.colls):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    on = facts.coll_act & np.array([rank in set(x) for x in g.colls["present_ranks"]], bool)
+    return g.colls.barrier_start_ns.to_numpy(np.int64)[on], g.colls.measured_transfer_ns.to_numpy(np.int64)[on]
+
+
+def _colls_ns(colls: tuple[np.ndarray, np.ndarray], start: int, end: int) -> int:
+    """The measured transfers of colls (_token_colls) that start in [start, end)."""
+    at, ns = colls
+    return int(ns[(at >= start) & (at < end)].sum())
+
+
 def _blocks(g, facts: OpFacts) -> None:
     """The forward's repeated blocks per rank (module docstring): block_ns on their nodes, and in facts.blocks the
     period, what recomputing them takes and the backward's time over the rank's whole steps."""
     steps = g.steps
-    coll_start = g.colls.barrier_start_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
-    coll_ns = g.colls.measured_transfer_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
     for r in np.unique(g.rank[facts.phase == FORWARD]):
-        coll_r = facts.coll_act & np.array([r in set(x) for x in g.colls["present_ranks"]], bool) \
-            if len(g.colls) else np.zeros(0, bool)
+        colls = _token_colls(g, facts, int(r))
+        token_ops = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
         st = steps[steps["rank"] == r]
         fwd_all = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD))
         # every step's blocks are marked (the peak may be in the last); the times are the whole steps' only
@@ -234,19 +253,16 @@ def _blocks(g, facts: OpFacts) -> None:
             if found is None:
                 continue
             period, covered = found
-            mask = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
-            mask &= np.isin(g.event_id, g.event_id[idx[covered]])
+            mask = token_ops & np.isin(g.event_id, g.event_id[idx[covered]])
             facts.block_ns[mask] = g.dur_ns[mask]
             if last:
                 continue
-            # what a recompute runs again: the blocks' ops and the collectives carrying tokens inside them (tensor
-            # parallelism's; FSDP's all-gathers are not run again: the backward has gathered the parameters)
+            # what a recompute runs again: the blocks' ops and the collectives carrying tokens inside them
             ends = g.start_ns[idx] + g.dur_ns[idx]
             d = np.diff(np.concatenate(([0], covered.view(np.int8), [0])))
             wall = int(g.dur_ns[mask & (g.start_ns >= s0) & (g.start_ns < s1)].sum())
             for a, b in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1)):
-                inside = coll_r & (coll_start >= g.start_ns[idx[a]]) & (coll_start < ends[b - 1])
-                wall += int(coll_ns[inside].sum())
+                wall += _colls_ns(colls, int(g.start_ns[idx[a]]), int(ends[b - 1]))
             bwd = (g.rank == r) & (facts.phase == BACKWARD) & (g.start_ns >= s0) & (g.start_ns < s1)
             w, b, k = facts.blocks.get(int(r), (period, 0, 0, 0))[1:]
             facts.blocks[int(r)] = (period, w + wall, b + int(g.dur_ns[bwd].sum()), k + 1)
@@ -373,14 +389,10 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
     backward saved is made again, so a block's recompute runs its ops up to the last one whose allocation the
     backward keeps (its output, the next block's input, aside), and the token collectives before it. {} without
     [memory] events (the whole block is recomputed)."""
-    from analyses.memory import memory_blocks
-
     if not has_memory_events(run):
         return {}
-    blocks = memory_blocks(run)
+    blocks = _memory_analysis(run, facts.analyses, "memory_blocks")
     blocks = blocks[blocks.category == "activations"]
-    coll_start = g.colls.barrier_start_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
-    coll_ns = g.colls.measured_transfer_ns.to_numpy(np.int64) if len(g.colls) else np.zeros(0, np.int64)
     out = {}
     for r in facts.blocks:
         mine = blocks[blocks["rank"] == r]
@@ -388,8 +400,7 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
         ends = mine.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
         bwd = np.sort(g.start_ns[(g.rank == r) & (facts.phase == BACKWARD)])
         on_r = (g.rank == r) & (facts.block_ns > 0)
-        coll_r = facts.coll_act & np.array([r in set(x) for x in g.colls["present_ranks"]], bool) \
-            if len(g.colls) else np.zeros(0, bool)
+        colls = _token_colls(g, facts, int(r))
         st = g.steps[(g.steps["rank"] == r) & ~g.steps["is_last"].astype(bool)]
         total = 0
         for s0, s1 in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)):
@@ -398,10 +409,19 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
                 kept = np.sort(ts[(ts >= a) & (ts < b) & (ends > (bwd[i] if i < len(bwd) else np.inf))])
                 cut = int(kept[-2]) + 1 if len(kept) >= 2 else b  # the last kept but the block's output
                 upto = on_r & (g.start_ns >= a) & (g.start_ns < cut)
-                total += int(g.dur_ns[upto].sum())
-                total += int(coll_ns[coll_r & (coll_start >= a) & (coll_start < cut)].sum())
+                total += int(g.dur_ns[upto].sum()) + _colls_ns(colls, a, cut)
         out[int(r)] = total
     return out
+
+
+def _memory_analysis(run, cache: dict, name: str) -> pd.DataFrame:
+    """The memory analysis `name` of the run (or "memory_series": every rank's allocator totals in order), read
+    once for everything that shares cache (one what-if's facts.analyses, doctor's headroom search)."""
+    import analyses.memory as _memory
+
+    if name not in cache:
+        cache[name] = run.sql(_EVENTS) if name == "memory_series" else getattr(_memory, name)(run)
+    return cache[name]
 
 
 def has_memory_events(run) -> bool:
@@ -416,7 +436,6 @@ def offload(run, g, facts: OpFacts, sc) -> tuple[np.ndarray, dict, list]:
     holds of it at the peak (memory_breakdown's optimizer_state); the link is [memory] host_link_gbps, else the
     device catalog's for the rank's GPU ([hardware] gpu's when given)."""
     from analyses.devices import catalog, device_properties, match
-    from analyses.memory import memory_breakdown
 
     from .checks import ScenarioError
 
@@ -424,7 +443,7 @@ def offload(run, g, facts: OpFacts, sc) -> tuple[np.ndarray, dict, list]:
     if not gpu.any():
         raise ScenarioError(f"{sc.where}: [memory] offload_optimizer: the run has no GPU ops (a CPU run): its "
                             "optimizer state is in host memory already")
-    br = memory_breakdown(run)
+    br = _memory_analysis(run, facts.analyses, "memory_breakdown")
     if not len(br):
         raise ScenarioError(f"{sc.where}: [memory] offload_optimizer: the trace has no [memory] events to find the "
                             "optimizer state in (profile with profile_memory=True)")
@@ -466,15 +485,15 @@ def offload(run, g, facts: OpFacts, sc) -> tuple[np.ndarray, dict, list]:
 
 
 # ---- the peak ------------------------------------------------------------------------------------------
-_EVENTS_OF = """
-SELECT ts_ns, total_allocated FROM memory
-WHERE rank = $rank AND device_type = $device_type AND device_id = $device_id
-ORDER BY ts_ns, event_id
+_EVENTS = """
+SELECT rank, device_type, device_id, ts_ns, total_allocated FROM memory
+ORDER BY rank, device_type, device_id, ts_ns, event_id
 """
 
 
-def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
-    """Per rank, on its device with the largest measured peak: measured_peak_alloc_bytes and
+def predict_peak(run, g, facts: OpFacts | None, sc, cache: dict | None = None) -> pd.DataFrame:
+    """Per rank, on the device it can run out of (analyses.memory.memory_limiting_devices; the largest peak of them):
+    measured_peak_alloc_bytes and
     predicted_peak_alloc_bytes. Empty when the trace has no [memory] events.
 
     The allocator's measured series, every block of it changed as the scenario says (memory_blocks: each block's
@@ -486,32 +505,36 @@ def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
       (the recompute just before its backward);
     - 'none' on a checkpointed run: what each recompute allocates and keeps is allocated in the forward instead,
       at the start of its block (the recomputes, in the backward's order, are the forward's blocks reversed).
-    The series keeps the measured times: the step's re-timing does not move the allocations."""
-    from analyses.memory import memory_blocks, memory_peak
+    The series keeps the measured times: the step's re-timing does not move the allocations. cache: where the memory
+    analyses it reads are kept between calls (default: facts', else read afresh)."""
+    from analyses.memory import memory_limiting_devices, memory_peak
 
     mp = memory_peak(run)
     if not len(mp):
         return pd.DataFrame(columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
                                      "predicted_peak_alloc_bytes"])
-    top = mp.sort_values("peak_allocated_bytes", kind="stable").groupby("rank").tail(1).sort_values("rank")
+    top = (memory_limiting_devices(mp).sort_values("peak_allocated_bytes", kind="stable").groupby("rank").tail(1)
+           .sort_values("rank"))
     s = sc.batch.scale
     ckpt = sc.memory.activation_checkpointing
     moves = ckpt is not None and facts is not None and (ckpt == "none") == facts.checkpointed
     off = sc.memory.offload_optimizer
-    blocks = memory_blocks(run) if s != 1.0 or moves or off else None
+    changes = s != 1.0 or moves or off
+    cache = cache if cache is not None else (facts.analyses if facts is not None else {})
+    blocks = _memory_analysis(run, cache, "memory_blocks") if changes else None
+    series = _memory_analysis(run, cache, "memory_series") if changes else None
     opt_at_peak = {}
     if off:
-        from analyses.memory import memory_breakdown
-
-        br = memory_breakdown(run)
+        br = _memory_analysis(run, cache, "memory_breakdown")
         br = br[br.category == "optimizer_state"]
         opt_at_peak = {(int(a), int(b), int(c)): float(v) for a, b, c, v in
                        br[["rank", "device_type", "device_id", "bytes_at_peak"]].itertuples(index=False)}
     rows = []
-    for r, dt, di, meas in top[["rank", "device_type", "device_id", "peak_allocated_bytes"]].itertuples(index=False):
+    for r, dt, di, meas, peak_ts in top[["rank", "device_type", "device_id", "peak_allocated_bytes",
+                                         "peak_allocated_ts_ns"]].itertuples(index=False):
         pred = float(meas)
-        if blocks is not None:
-            ev = run.sql(_EVENTS_OF, {"rank": int(r), "device_type": int(dt), "device_id": int(di)})
+        if changes:
+            ev = series[(series["rank"] == r) & (series.device_type == dt) & (series.device_id == di)]
             mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
             deltas = _scaled(mine, s, facts) if s != 1.0 else []
             if moves:  # a moved block has its new size (the batch's) where it moves
@@ -523,8 +546,6 @@ def predict_peak(run, g, facts: OpFacts | None, sc) -> pd.DataFrame:
             if off:  # the state's blocks leave the device, and the share of it allocated before profiling
                 state = mine[mine.category == "optimizer_state"]
                 deltas += [(a, e, -float(b.bytes)) for b in state.itertuples(index=False) for a, e in [_life(b)]]
-                peak_ts = int(mp[(mp["rank"] == r) & (mp.device_type == dt) & (mp.device_id == di)]
-                              .peak_allocated_ts_ns.iloc[0])
                 live = state[(state.alloc_ts_ns <= peak_ts) & (state.end_ts_ns.isna() | (state.end_ts_ns > peak_ts))]
                 pre_opt = max(opt_at_peak.get((int(r), int(dt), int(di)), 0.0) - float(live.bytes.sum()), 0.0)
             pred = _peak(ev.ts_ns.to_numpy(np.int64), ev.total_allocated.to_numpy(np.float64), deltas) - pre_opt

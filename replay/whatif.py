@@ -12,6 +12,7 @@ import pandas as pd
 
 from analyses import depgraph as _graph
 
+from . import memory
 from .replayer import ReplayResult, replay
 
 COLUMNS = {
@@ -84,6 +85,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     fold = False if out_dir else fold
     base = replay(run, graph=g, fold=False)
     meas_exposed = _exposed_ns(run)
+    has_memory = memory.has_memory_events(run)
     s0 = base.summary()
     measured = _job_step(s0, "measured_step_ns")
     par = run.run_manifest().get("parallel") or {}
@@ -92,7 +94,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
              "throughput_steps_per_s": 1e9 / measured if measured else None,
              "throughput_samples_per_s": gbs * 1e9 / measured if gbs and measured else None,
              "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": meas_exposed,
-             **_memory_columns(run, g, None, None)}]
+             **_memory_columns(run, g, None, None, has_memory)}]
     rows[0].pop("_notes", None)  # a note on the measured peak is doctor's (oom_risk), not a scenario's
     results = []
     for sc in scens:
@@ -109,7 +111,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
                "throughput_steps_per_s": 1e9 / pred if pred else None,
                "throughput_samples_per_s": gbs * scale * 1e9 / pred if gbs and pred else None,
                "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": exp,
-               **_memory_columns(run, g, sc, res)}
+               **_memory_columns(run, g, sc, res, has_memory)}
         res.notes.extend(row.pop("_notes", []))
         if sc.optical is not None:
             row["reconfigurations"] = res.info.reconfigurations
@@ -127,19 +129,21 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     return df
 
 
-def _memory_columns(run, g, sc, res) -> dict:
-    """predicted_peak_alloc_bytes, device_memory_bytes and fits (COLUMNS) for one row; sc None: the measured run."""
+def _memory_columns(run, g, sc, res, has_memory: bool) -> dict:
+    """predicted_peak_alloc_bytes, device_memory_bytes and fits (COLUMNS) for one row; sc None: the measured run;
+    has_memory: whether the run has [memory] events (all NULL without)."""
     from analyses.devices import fit_verdict, memory_capacities
 
-    from . import memory
     from .specs import Scenario
 
+    if not has_memory:
+        return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
     sc = sc or Scenario()
     facts = res.info.memory if res is not None else None
     if facts is not None and res.graph is not g:  # a folded replay's facts are its representatives' graph's
         facts = memory.op_facts(run, g)
-    peaks = memory.predict_peak(run, g, facts, sc) if memory.has_memory_events(run) else None
-    if peaks is None or not len(peaks):
+    peaks = memory.predict_peak(run, g, facts, sc)
+    if not len(peaks):
         return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
     hw = sc.hardware
     caps = memory_capacities(run, list(zip(peaks["rank"], peaks.device_id)), device=hw.gpu, devices=hw.catalog)

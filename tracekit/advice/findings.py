@@ -345,18 +345,23 @@ def _device_memory(run, ctx):
     (device_type other than CPU); on a run without any (a CPU run standing in for a GPU job, as the project's
     recorded ones), the CPU's, which only --device gives a capacity. Rows without a known capacity are dropped;
     (None, None) without [memory] events."""
+    if "device_memory" in ctx:  # oom_risk and memory_headroom both judge by it: read once a doctor run
+        mp, caps = ctx["device_memory"]
+        return (None if mp is None else mp.copy()), caps
     from analyses.devices import memory_capacities
+    from analyses.memory import memory_limiting_devices
 
     mp = run.analyze("memory_peak")
     if mp.empty:
+        ctx["device_memory"] = (None, None)
         return None, None
-    dev = mp[mp.device_type != 0]
-    mp = dev if len(dev) else mp[mp.device_type == 0]
+    mp = memory_limiting_devices(mp)
     keys = [(int(r), int(d)) for r, d in zip(mp["rank"], mp.device_id)]
     caps = memory_capacities(run, keys, ctx.get("device"))
     mp = mp[[k in caps for k in keys]].copy()
     mp["capacity_bytes"] = [caps[(int(r), int(d))][0] for r, d in zip(mp["rank"], mp.device_id)]
-    return mp, caps
+    ctx["device_memory"] = (mp, caps)
+    return mp.copy(), caps
 
 
 def oom_risk(run, ctx) -> list[Candidate]:
@@ -425,9 +430,11 @@ def memory_headroom(run, ctx) -> list[Candidate]:
         capacity = cap if dev is None or _isna(dev) else float(dev)  # NULL (a CPU run): doctor's, from --device
         return fit_verdict(float(row.predicted_peak_alloc_bytes), capacity)[0], (scale, row, capacity, table)
 
+    read = {}  # the memory analyses the search reads, once for all the scales it tries
+
     def peak_fits(scale):  # the what-if's peak rule without its replay: the search replays only the scale it keeps
         sc = scenario_from_dict({"name": "s", "batch": {"scale": scale}}, "<memory_headroom>")
-        peaks = predict_peak(run, None, None, sc)
+        peaks = predict_peak(run, None, None, sc, cache=read)
         return bool(len(peaks)) and fit_verdict(float(peaks.predicted_peak_alloc_bytes.max()), cap)[0]
 
     scales = [s for s in (2.0 ** k for k in range(1, 64)) if s <= HEADROOM_MAX_SCALE]
