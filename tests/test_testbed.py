@@ -91,17 +91,37 @@ def test_bad_configuration_is_rejected():
         Testbed(2, 100, host_rates_mbit={5: 10})
 
 
-def test_shaped_allreduce_runs_at_the_configured_rate():
+def _tbf_counters(netns: str, dev: str) -> dict:
+    """The token bucket's own counters on one link end (`tc -s qdisc`): bytes sent, and how often it held
+    a packet back for want of tokens."""
+    out = subprocess.run(["tc", "-s", "-n", netns, "qdisc", "show", "dev", dev], capture_output=True, text=True,
+                         check=True).stdout
+    assert " tbf " in out, out
+    sent = re.search(r"Sent (\d+) bytes", out)
+    over = re.search(r"overlimits (\d+)", out)
+    return {"sent_bytes": int(sent.group(1)), "overlimits": int(over.group(1))}
+
+
+def test_shaped_allreduce_is_held_to_the_configured_rate():
+    """The link never runs faster than its rate: the all-reduce takes at least the ring's bytes over the rate
+    (less one bucket), and the bucket itself counts the packets it held back. Both hold on a loaded machine,
+    where a slower CPU can only lengthen the time (tests assert no upper bound on wall-clock time; how close
+    TCP comes to the rate is measured in docs/capture.md: 99.1-99.8%)."""
     pytest.importorskip("torch", reason="the all-reduce probe needs torch (pip install 'tracekit[capture]')")
     from tracekit.capture.allreduce_probe import ring_allreduce_model_s, run_on_testbed
 
-    nbytes, rate_mbit = 4 << 20, 200
+    nbytes, rate_mbit, iters, warmup = 4 << 20, 200, 3, 1
     with Testbed(2, rate_mbit, prefix=_prefix("rate")) as tb:
-        times_ns = sorted(run_on_testbed(tb, nbytes, iters=3))
+        times_ns = run_on_testbed(tb, nbytes, iters=iters, warmup=warmup)
+        counters = [_tbf_counters(h.netns, h.ifname) for h in tb.hosts]
+        burst = testbed.burst_bytes(tb.frames, rate_mbit, tb.burst_bytes)
     assert list_namespaces(tb.prefix) == []
-    median_s = times_ns[1] / 1e9
-    model_s = ring_allreduce_model_s(nbytes, 2, rate_mbit)
-    assert abs(median_s - model_s) / model_s <= 0.25, (median_s, model_s)
+    # each end sends 2(p-1)/p of the buffer per all-reduce (p = 2: the whole buffer), headers on top
+    for c in counters:
+        assert c["sent_bytes"] >= nbytes * (iters + warmup), c
+        assert c["overlimits"] > 0, c
+    floor_s = ring_allreduce_model_s(nbytes, 2, rate_mbit) - burst * 8 / (rate_mbit * 1e6)
+    assert min(times_ns) / 1e9 >= floor_s, (times_ns, floor_s)
 
 
 @pytest.mark.slow
