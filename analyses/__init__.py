@@ -23,7 +23,8 @@ from .attribution import gpu_time_by_annotation, gpu_time_by_cpu_op, kernel_sequ
 from .kernel_classification import kernel_classification
 from .kernel_launch import kernel_launch_outliers, kernel_launch_stats
 from .memory import (memory_bandwidth, memory_bandwidth_summary, memory_blocks, memory_breakdown,
-                     memory_category_timeline, memory_model_state, memory_peak, memory_timeline)
+                     memory_category_timeline, memory_model_state, memory_peak, memory_timeline,
+                     parameter_bytes)
 from .queue_length import queue_length, queue_length_summary
 from .registry import REGISTRY, run_analysis as analyze
 from .small_kernels import small_kernels
@@ -33,5 +34,5 @@ from .trace_diff import trace_diff
 __all__ = ["REGISTRY", "analyze", "DEFAULT_RULES", "classify", "comm_comp_overlap", "exposed_comm", "idle_time_breakdown",
            "kernel_breakdown", "kernel_classification", "temporal_breakdown", "gpu_time_by_annotation",
            "gpu_time_by_cpu_op", "kernel_sequences", "kernel_launch_outliers", "kernel_launch_stats", "memory_bandwidth",
-           "memory_bandwidth_summary", "memory_blocks", "memory_breakdown", "memory_category_timeline", "memory_model_state", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary", "trace_diff", "critical_path", "critical_path_summary",
+           "memory_bandwidth_summary", "memory_blocks", "memory_breakdown", "memory_category_timeline", "memory_model_state", "parameter_bytes", "memory_peak", "memory_timeline", "queue_length", "queue_length_summary", "trace_diff", "critical_path", "critical_path_summary",
            "data_loading", "sync_calls", "small_kernels", "compute_per_step", "backward_collectives"]

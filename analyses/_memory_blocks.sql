@@ -39,11 +39,7 @@
 -- allocated before the profiling started"): at any event they are Total Allocated minus the live known
 -- blocks. They are split by the model state the trace shows, on the rank's device with the largest peak (the
 -- accelerator in a GPU job) and into other on its other devices:
---   P (parameter_bytes): the first input of the parameter update in the rank's first optimizer step (aten::addcdiv_,
---     _foreach_addcdiv_, _fused_adam_, _fused_adamw_: Adam, AdamW, RMSprop, Adagrad; innermost, so a DTensor's
---     local shard and not its global shape), else the input of every torch::autograd::AccumulateGrad in the
---     rank's first step that has one (full-size gradients: an over-estimate under FSDP, which the cap below
---     bounds); element size from Input type
+--   P (parameter_bytes): the parameters the rank's optimizer updates (analyses/_parameter_bytes.sql)
 --   parameters = min(pre-profiling bytes, P); optimizer_state = min(the rest, 2 x P) when the optimizer is Adam
 --   or AdamW (Optimizer.step#Adam.step, #AdamW.step: exp_avg and exp_avg_sq, each a parameter's size); the rest:
 --   other. Without shapes (record_shapes=False, or no optimizer step nor AccumulateGrad) all of it is other.
@@ -164,48 +160,13 @@ _mem_block_category AS (
   LEFT JOIN _mem_handed_over h ON h.rank = b.rank AND h.alloc_event_id = b.alloc_event_id
 ),
 -- the model state the trace shows, per rank (the header's P)
-_mem_update_ops AS (
-  SELECT e.rank, e.ts_ns, e.tid, e.name, e.input_dims, e.input_types,
-         lead(e.ts_ns) OVER (PARTITION BY e.rank, e.tid ORDER BY e.ts_ns) AS next_ts_ns, e.ts_ns + e.dur_ns AS end_ns
-  FROM events e
-  WHERE e.ph = 'X' AND e.cat = 'cpu_op' AND e.name IN ('aten::addcdiv_', 'aten::_foreach_addcdiv_', 'aten::_fused_adam_',
-                                                      'aten::_fused_adamw_')
-    AND ($rank IS NULL OR e.rank = $rank)
-),
-_mem_optimizer_steps AS (
-  SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns, name,
-         row_number() OVER (PARTITION BY rank ORDER BY ts_ns) AS n
-  FROM events
-  WHERE ph = 'X' AND cat = 'user_annotation' AND starts_with(name, 'Optimizer.step#') AND ($rank IS NULL OR rank = $rank)
-),
-_mem_params_from_optimizer AS (
-  SELECT s.rank,
-         sum(_tensor_arg_nelems(u.input_dims, 0) * _tensor_dtype_bytes(_tensor_first_type(u.input_types)))::BIGINT
-           AS parameter_bytes
-  FROM _mem_optimizer_steps s
-  JOIN _mem_update_ops u ON u.rank = s.rank AND u.ts_ns >= s.ts_ns AND u.ts_ns < s.end_ns
-  WHERE s.n = 1 AND NOT coalesce(u.next_ts_ns < u.end_ns, false)  -- innermost: no later update inside it
-  GROUP BY s.rank
-),
-_mem_params_from_grads AS (
-  SELECT rank, arg_min(bytes, step) AS parameter_bytes
-  FROM (SELECT rank, step, sum(_tensor_arg_nelems(input_dims, 0)
-                               * _tensor_dtype_bytes(_tensor_first_type(input_types)))::BIGINT AS bytes
-        FROM cpu_ops
-        WHERE name = 'torch::autograd::AccumulateGrad' AND step IS NOT NULL AND ($rank IS NULL OR rank = $rank)
-        GROUP BY rank, step)
-  WHERE bytes > 0
-  GROUP BY rank
-),
+-- @include _parameter_bytes
 _mem_model_state AS (
-  SELECT r.rank, nullif(coalesce(o.parameter_bytes, g.parameter_bytes), 0) AS parameter_bytes,
-         CASE WHEN o.parameter_bytes > 0 THEN 'optimizer' WHEN g.parameter_bytes > 0 THEN 'accumulate_grad'
-         END AS parameter_bytes_source,
+  SELECT r.rank, p.parameter_bytes, p.parameter_bytes_source,
          coalesce((SELECT bool_or(regexp_matches(s.name, '^Optimizer\.step#(Adam|AdamW)\.step$'))
-                   FROM _mem_optimizer_steps s WHERE s.rank = r.rank), false) AS adam
+                   FROM _param_optimizer_steps s WHERE s.rank = r.rank), false) AS adam
   FROM (SELECT DISTINCT rank FROM _mem_events) r
-  LEFT JOIN _mem_params_from_optimizer o ON o.rank = r.rank
-  LEFT JOIN _mem_params_from_grads g ON g.rank = r.rank
+  LEFT JOIN _param_bytes p ON p.rank = r.rank
 ),
 -- the device that holds the parameters made before profiling: the rank's largest peak
 _mem_state_device AS (

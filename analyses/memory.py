@@ -36,9 +36,7 @@ def _attributed(name, run, rank):
     """An analysis over the block attribution: the operators' helpers installed first (_cpu_op_is_comm, the
     argument shapes' macros)."""
     check_scope(run, rank)
-    prepare(run)
-    for stmt in statements(sql_text("_tensor_args")):
-        run.sql(stmt)
+    _shapes_macros(run)
     df = query(run, name, rank=rank, data_loading_pattern=DATA_LOADING_PATTERN)
     return df if len(df) else with_note(df, NO_MEMORY_EVENTS)
 
@@ -71,6 +69,21 @@ def memory_model_state(run, rank: int | None = None):
     """Per rank, the parameter bytes the trace's shapes show and its optimizer: what splits the bytes allocated
     before profiling in memory_breakdown."""
     return _attributed("memory_model_state", run, rank)
+
+
+def parameter_bytes(run, rank: int | None = None):
+    """Per rank, the bytes of the parameters its optimizer updates, from the recorded shapes (no memory events
+    needed): what memory_model_state splits pre-profiling bytes by, and what a re-layout re-shards."""
+    check_scope(run, rank)
+    _shapes_macros(run)
+    return query(run, "parameter_bytes", rank=rank)
+
+
+def _shapes_macros(run) -> None:
+    """The operators' helpers (_cpu_op_is_comm, ...) and the argument shapes' macros, on run's connection."""
+    prepare(run)
+    for stmt in statements(sql_text("_tensor_args")):
+        run.sql(stmt)
 
 
 def memory_limiting_devices(peaks):

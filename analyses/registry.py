@@ -65,6 +65,8 @@ _ANALYSES = (
                                            "state, activations, communication buffers, other"),
     Analysis("memory_model_state", "memory", "parameter bytes from the recorded shapes and the optimizer per rank: "
                                              "what splits memory_breakdown's bytes allocated before profiling"),
+    Analysis("parameter_bytes", "memory", "bytes of the parameters each rank's optimizer updates, from the recorded "
+                                          "shapes (no memory events needed)"),
     Analysis("memory_blocks", "memory", "every allocator block: allocated, ended, bytes and category "
                                         "(memory_breakdown's attribution, block by block)"),
     Analysis("memory_category_timeline", "memory", "bytes of each memory category over time (memory_breakdown's "

@@ -5,7 +5,8 @@ What the trace shows, per graph node (op_facts):
 - its phase: backward (autograd's `evaluate_function: ...` nodes), optimizer (inside an `Optimizer.step#` or
   `Optimizer.zero_grad#` range), else forward and the rest;
 - whether it works on the step's tokens: its op, or one nested in it, reads a tensor of two or more dimensions that
-  is not a parameter's shape (the parameters' shapes are those autograd's `AccumulateGrad` records). Those ops
+  is not a parameter's shape (the parameters' shapes are those the optimizer's update reads, else those autograd's
+  `AccumulateGrad` records). Those ops
   follow the tokens a rank holds; the optimizer, gradient accumulation, DDP's and FSDP's copies of flat buffers do not;
 - the ops in it, for the run's own per-op floor: the median time of the rank's ops that move no data (views,
   transposes, ...); an op's floor does not scale, the rest of its time does;
@@ -46,10 +47,29 @@ BLOCK_COVERAGE = 0.9
 MAX_BLOCK_OPS = 2048
 
 _EVENTS_SQL = """
-WITH p AS (
+WITH opt AS (
+    SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events
+    WHERE ph = 'X' AND cat = 'user_annotation' AND starts_with(name, 'Optimizer.step#')),
+upd AS (
+    SELECT e.rank, json_extract(e.input_dims, '$[0]') AS a FROM events e
+    JOIN opt o ON e.rank = o.rank AND e.ts_ns >= o.ts_ns AND e.ts_ns < o.end_ns
+    WHERE e.ph = 'X' AND e.name IN ('aten::addcdiv_', 'aten::_foreach_addcdiv_', 'aten::_fused_adam_',
+                                    'aten::_fused_adamw_') AND e.input_dims IS NOT NULL),
+p_opt AS (
+    SELECT rank, list(DISTINCT shape) AS shapes FROM (
+        SELECT rank, unnest(CASE WHEN json_type(json_extract(a, '$[0]')) = 'ARRAY'
+                                 THEN CAST(json_transform(a, '["JSON"]') AS VARCHAR[]) ELSE [a::VARCHAR] END) AS shape
+        FROM upd)
+    GROUP BY rank),
+p_acc AS (
     SELECT rank, list(DISTINCT json_extract(input_dims, '$[0]')::VARCHAR) AS shapes
     FROM events WHERE ph = 'X' AND name = 'torch::autograd::AccumulateGrad' AND input_dims IS NOT NULL
-    GROUP BY rank)
+    GROUP BY rank),
+-- the parameters' shapes: what the optimizer updates (a pipeline stage's received activation is a leaf that
+-- AccumulateGrad also records), else what AccumulateGrad records
+p AS (
+    SELECT rank, coalesce(p_opt.shapes, p_acc.shapes) AS shapes
+    FROM p_acc FULL JOIN p_opt USING (rank))
 SELECT e.rank, e.tid, e.event_id, e.name, e.ts_ns, e.dur_ns, coalesce(e.sequence_number, -1) AS seq,
        coalesce(len(list_filter(CAST(json_transform(e.input_dims, '["JSON"]') AS VARCHAR[]),
                                 lambda t: json_array_length(t) >= 2
@@ -228,9 +248,8 @@ def _blocks(g, facts: OpFacts) -> None:
     """The forward's repeated blocks per rank (module docstring): block_ns on their nodes, and in facts.blocks the
     period, what recomputing them takes and the backward's time over the rank's whole steps."""
     steps = g.steps
+    seqs_of, known_of = {}, {}
     for r in np.unique(g.rank[facts.phase == FORWARD]):
-        colls = _token_colls(g, facts, int(r))
-        token_ops = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
         st = steps[steps["rank"] == r]
         fwd_all = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD))
         # every step's blocks are marked (the peak may be in the last); the times are the whole steps' only
@@ -245,9 +264,21 @@ def _blocks(g, facts: OpFacts) -> None:
         tried = [_repeat(g.name[i].astype(str), np.where(facts.act[i], g.dur_ns[i], 0))
                  for *_, last, i in [x for x in seqs if not x[2]][:3]]
         periods = [t[0] for t in tried if t is not None]
-        if not periods:
-            continue
-        known = max(set(periods), key=lambda p: (periods.count(p), -p))
+        if periods:
+            seqs_of[int(r)] = seqs
+            known_of[int(r)] = max(set(periods), key=lambda p: (periods.count(p), -p))
+    # one model, one block: a pipeline's last stage, whose micro-batches run its few blocks, the head and the loss,
+    # repeats at the micro-batch; a block another rank shows that repeats here too is the block
+    smallest = min(known_of.values(), default=0)
+    for r, seqs in seqs_of.items():
+        colls = _token_colls(g, facts, int(r))
+        token_ops = (g.rank == r) & (g.kind == _graph.K["cpu"]) & facts.act
+        known = known_of[r]
+        if known != smallest:
+            whole = [i for *_, last, i in seqs if not last][:1]
+            if whole and _repeat(g.name[whole[0]].astype(str), np.where(facts.act[whole[0]], g.dur_ns[whole[0]], 0),
+                                 smallest) is not None:
+                known = smallest
         for s0, s1, last, idx in seqs:
             found = _repeat(g.name[idx].astype(str), np.where(facts.act[idx], g.dur_ns[idx], 0), known)
             if found is None:

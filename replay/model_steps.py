@@ -22,7 +22,7 @@ import pandas as pd
 
 from analyses import depgraph as _graph
 
-from . import linkfit, links, parallelism, pipeline, pools, topology
+from . import linkfit, links, parallelism, pools, topology
 from .calibration import calibrate
 from .checks import ScenarioError
 from .network import CalibratedModel, CommModel
@@ -39,12 +39,13 @@ class ModelInfo:
     """What the models chose: for the engine (re-routed edges, flows, pools) and for the result."""
     comm: CommModel | None = None  # the model that costed the collectives alone (comm step; alpha-beta, optical, ...)
     links: linkfit.Fit | None = None  # the links model's fit on the run's transfers
+    links_fit: tuple | None = None  # fit_links: the run's flows, the fit, the nominal rate (fitted once)
     flows: Flows | None = None  # the links model's transfers, timed by sharing in the engine
     pools: tuple | None = None  # gloo's worker threads: (acquire, release, servers), as Engine.run takes them
     edge_src: np.ndarray | None = None  # per edge, its source once the pools re-routed it (None: the graph's)
     edge_from_end: np.ndarray | None = None  # per edge, released at its source's end (None: the graph's)
     reconfigurations: int | None = None  # optical circuit reconfigurations (None: no [optical])
-    step_delta: dict[int, int] | None = None  # rank -> ns a tensor / pipeline split adds to each of its steps
+    step_scale: float | None = None  # what a re-layout multiplies every replayed step by (replay/relayout.py)
     hardware: RetimedOps | None = None  # the GPU ops [hardware] re-timed
     memory: object | None = None  # memory.OpFacts: what [batch] and [memory] read of the run's ops
 
@@ -122,16 +123,27 @@ def topology_step(g, sc: Scenario, run, st: ModelState) -> None:
 
 def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
     par = sc.parallelism
-    if not len(g.colls) or not par.changes_layout:
+    if not par.changes_layout:
+        return
+    if par.relayout:  # the whole layout re-timed from the traces, the global batch kept (replay/relayout.py)
+        from . import memory, relayout
+
+        if run is None:
+            raise ScenarioError(f"{sc.where}: [parallelism] re-lays the run out from its ops and shapes: replay a "
+                                "stored run")
+        facts = st.info.memory if st.info.memory is not None else memory.op_facts(run, g)
+        st.info.memory = facts
+        _, fitted, nominal = fit_links(g, sc, run, st)
+        st.info.step_scale, more, _ = relayout.step_scale(
+            run, g, facts, par, scenario_link_params(g, sc, fitted), nominal, sc.network.gpus_per_node,
+            sc.batch.scale, sc.where)
+        st.notes += more
+        return
+    if not len(g.colls):
         return
     lay = parallelism.layout(run) if run is not None else {}
     base = sc.calibrate(st.colls, st.nccl_tests) if sc.network.calibrate != "none" else None
     st.base = base if base is not None else calibrate(st.colls)
-    # a degree the run already has (or no layout to compare with: pipeline.step_delta says what is missing)
-    new = {"tp": par.tp, "pp": par.pp, "micro_batches": par.micro_batches}
-    if any(v is not None and (not lay or v != lay.get(k, 1)) for k, v in new.items()):
-        st.info.step_delta, more = pipeline.step_delta(run, g, par, lay, st.base, sc.network.gpus_per_node)
-        st.notes += more
     if par.dp is not None:
         st.colls, more = parallelism.apply_dp(st.colls, par.dp, lay, st.base)
         st.notes += more
@@ -196,14 +208,13 @@ def _overlap_note(g, sc: Scenario, st: ModelState) -> None:
                         "(docs/whatif_models.md section 6)")
 
 
-def links_step(g, sc: Scenario, run, st: ModelState) -> None:
-    """[network] model = 'links': every collective a flow over the hosts' links (replay/links.py), capacity and
-    latency per link class fitted on the measured run's own transfers and a factor per transfer that keeps its
-    measured time (replay/linkfit.py), then changed as the scenario says."""
-    run_hosts = _run_host_index(g)
-    host_of = _host_index(g, sc)
+def fit_links(g, sc: Scenario, run, st: ModelState):
+    """(the run's transfers as flows, the links model's fit on them, the NICs' nominal rate in GB/s or None): capacity
+    and latency per link class and a factor per transfer (replay/linkfit.py), fitted once a what-if."""
+    if st.info.links_fit is not None:
+        return st.info.links_fit
     net = sc.network
-    measured = links.build(g.colls, run_hosts)
+    measured = links.build(g.colls, _run_host_index(g))
     starts = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
     bed = testbed_block(run)  # run.json's testbed block, read once: the tc rates, the round trip, the MTU
     rates = _testbed_rates(bed)
@@ -214,13 +225,30 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
                              g.colls.op.astype(object).to_numpy()[measured.coll_row],
                              latency_bound_ns=latency_bound(bed, net, nominal_gbps), frame_bytes=_mtu_bytes(bed))
+    st.info.links_fit = (measured, fitted, nominal_gbps)
+    return st.info.links_fit
+
+
+def scenario_link_params(g, sc: Scenario, fitted: linkfit.Fit, host_of=None) -> links.LinkParams:
+    """The fitted link parameters as the scenario's [network] changes them."""
+    net = sc.network
     over = net.packet_links
-    prm = fitted.params.scaled(
+    return fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
         class_scale={c: o.bandwidth_scale for c, o in over.items() if o.bandwidth_scale is not None},
         capacity={c: o.bandwidth_gbps for c, o in over.items() if o.bandwidth_gbps is not None},
         latency_ns={c: o.latency_us * 1e3 for c, o in over.items() if o.latency_us is not None},
-        host_scale=_host_scales(net.hosts, host_of, sc.where))
+        host_scale=_host_scales(net.hosts, _host_index(g, sc) if host_of is None else host_of, sc.where))
+
+
+def links_step(g, sc: Scenario, run, st: ModelState) -> None:
+    """[network] model = 'links': every collective a flow over the hosts' links (replay/links.py), capacity and
+    latency per link class fitted on the measured run's own transfers and a factor per transfer that keeps its
+    measured time (replay/linkfit.py), then changed as the scenario says."""
+    host_of = _host_index(g, sc)
+    measured, fitted, nominal_gbps = fit_links(g, sc, run, st)
+    rates = _testbed_rates(testbed_block(run))
+    prm = scenario_link_params(g, sc, fitted, host_of)
     on_circuit, reconfig_ns = None, np.zeros(len(st.colls), np.int64)
     if sc.optical is not None:
         plan = sc.optical.model(None).plan(st.colls)

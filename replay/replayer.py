@@ -223,12 +223,11 @@ def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool | None = N
         from .hardware import bound_notes
 
         res.notes += bound_notes(res)
-    delta = info.step_delta
-    if delta:  # tensor / pipeline splits re-schedule each step's forward and backward (replay/pipeline.py)
-        d = res.steps["rank"].map(delta).fillna(0).astype(np.int64)
-        res.steps["predicted_step_ns"] = res.steps.predicted_step_ns + d
-        k = res.steps.groupby("rank").cumcount() + 1
-        res.steps["predicted_end_ns"] = res.steps.predicted_end_ns + d * k
+    if info.step_scale is not None:  # a re-layout re-times every step by its formula's ratio (replay/relayout.py)
+        start = res.steps.predicted_end_ns - res.steps.predicted_step_ns
+        first = start.groupby(res.steps["rank"]).transform("min")
+        res.steps["predicted_step_ns"] = np.rint(res.steps.predicted_step_ns * info.step_scale).astype(np.int64)
+        res.steps["predicted_end_ns"] = first + res.steps.groupby("rank").predicted_step_ns.cumsum()
     return res
 
 

@@ -36,6 +36,7 @@ from .checks import (
     text,
 )
 from .compute import KERNEL_CLASSES, Speedup
+from .relayout import PIPELINE_SCHEDULES, SHARDINGS
 from .costs import ALGORITHMS, FLAT_ALGORITHMS, LINK_CLASSES, LinkOverride
 from .failures import (
     DEFAULT_MTBF_GPU_HOURS,
@@ -208,15 +209,25 @@ def _dp(v):
 
 @dataclass(frozen=True)
 class ParallelismSpec:
-    """[parallelism]: new degrees; None keeps the run's (replay/parallelism.py, replay/pipeline.py)."""
+    """[parallelism]: new degrees; None keeps the run's. `dp` alone resizes the gradient collectives and keeps each
+    rank's batch (replay/parallelism.py); any other key re-lays the run out from its traces with the global batch
+    kept (replay/relayout.py), `dp` among them."""
     dp: int | None = key(None, _dp)
     tp: int | None = key(None, int_at_least(1))
     pp: int | None = key(None, int_at_least(1))
     micro_batches: int | None = key(None, int_at_least(1))
+    schedule: str | None = key(None, one_of(*PIPELINE_SCHEDULES))  # the pipeline's: "gpipe" | "1f1b"
+    sharding: str | None = key(None, one_of(*SHARDINGS))  # over dp: "none" | "zero1" | "zero2" | "fsdp"
 
     @property
     def changes_layout(self) -> bool:
-        return any(v is not None for v in (self.dp, self.tp, self.pp, self.micro_batches))
+        return any(v is not None for v in (self.dp, self.tp, self.pp, self.micro_batches, self.schedule,
+                                           self.sharding))
+
+    @property
+    def relayout(self) -> bool:
+        """A re-layout (replay/relayout.py), not `dp` alone."""
+        return any(v is not None for v in (self.tp, self.pp, self.micro_batches, self.schedule, self.sharding))
 
 
 @dataclass(frozen=True)

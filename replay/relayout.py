@@ -1,0 +1,436 @@
+"""A run re-laid out as other data, tensor and pipeline degrees, micro-batches, schedule and sharding, from its
+traces alone (replay/structure.py reads what the trace shows; replay/dims.py its current layout).
+
+The step of a layout (`step_ns`), per pipeline stage, on the source's own work:
+- a micro-batch's forward (backward) on stage s: the blocks the stage holds (the model's blocks split evenly over
+  the stages; the ops before the first block on the first stage, those after the last on the last) each taking
+  floor + rest x (tokens' ratio) x (tp / tp' for the ops a tensor split divides); the global batch is kept
+  (x [batch] scale), so a micro-batch's tokens go as 1 / (dp' x micro_batches');
+- tensor parallelism: per block and micro-batch one all-reduce of the block's boundary tensor per row-parallel
+  linear in the forward and one per column-parallel linear in the backward (the trace's own linears: structure),
+  on the critical path; DTensor's glue as the source spends it per collective (none from a run without it);
+- pipeline parallelism: a send of the boundary tensor per micro-batch and stage boundary, each way; the schedule
+  (GPipe: every forward then every backward; 1F1B) replayed by the engine (replay/pipeline.py);
+- data parallelism, sharding none: the gradients (the model's / (tp' x pp')) all-reduced in the source's buckets
+  (DDP's 1 MiB first bucket and 25 MiB ones when the source has none) as the last micro-batch's backward readies
+  them, one at a time on the link: what outlasts the backward is exposed; zero1 / zero2: a reduce-scatter of the
+  gradients and an all-gather of the updated parameters; fsdp (pipeline 1, one micro-batch): per block and for the
+  rest of the model an all-gather before its forward and again before its backward and a reduce-scatter after it,
+  on one communication stream beside the computation (the engine);
+- the optimizer follows the bytes it updates (/ dp' when sharded), gradient accumulation the gradients a rank
+  holds, a micro-batch at a time; the rest of the step (data loading, ...) is kept;
+- collectives cost what the network model calibrated on the run says for their size, group and hosts (the group
+  placed tensor innermost, then pipeline, then data: ranks of a host are consecutive).
+The prediction is the run's own step (as replayed) plus step_ns(new) - step_ns(run's): what the formula misses of
+the run (waits, noise) stays as measured, and a layout changed to itself is the run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from .engine import Engine
+from .structure import BLOCK, POST, PRE, Structure
+
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")
+SHARDINGS = ("none", "zero1", "zero2", "fsdp")
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+DDP_BUCKET_BYTES = 25 << 20
+
+
+@dataclass(frozen=True)
+class Layout:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    micro_batches: int = 1
+    schedule: str = "1f1b"
+    sharding: str = "none"
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def describe(self) -> str:
+        bits = [f"dp {self.dp}", f"tp {self.tp}", f"pp {self.pp}"]
+        if self.pp > 1 or self.micro_batches > 1:
+            bits.append(f"{self.micro_batches} micro-batch(es)" + (f" {self.schedule}" if self.pp > 1 else ""))
+        if self.sharding != "none":
+            bits.append(self.sharding)
+        return ", ".join(bits)
+
+
+@dataclass
+class Costs:
+    """A collective alone on the links (ns): the links model's latency steps and bytes per link of its op
+    (replay/links.py's table: ring all-reduce 2(p-1) steps and 2(p-1)/p of the bytes, ...), at the capacity and
+    latency the run's transfers fitted (replay/linkfit.py); over hosts of ranks_per_host consecutive ranks."""
+    params: object  # replay.links.LinkParams
+    ranks_per_host: int
+    backend: str = "nccl"
+    # op -> what the run's lone collectives of that op took from the last arrival to the last rank's end, over what
+    # the links give them (an op's algorithm as the backend runs it: gloo's all-gather ends ~1.45x later on its
+    # slower rank); ops the run has none of: 1
+    op_factor: dict = field(default_factory=dict)
+
+    @property
+    def reduce_scatter_op(self) -> str:
+        """gloo has no reduce-scatter: FSDP (and ZeRO) all-reduce the gradients there (what an FSDP run on gloo
+        records)."""
+        return "all_reduce" if self.backend == "gloo" else "reduce_scatter"
+
+    def ns(self, op: str, nbytes: float, group: int, stride: int) -> float:
+        if group <= 1 or nbytes <= 0:
+            return 0.0
+        from .costs import flat_coefficients
+        from .links import INTER, INTRA, _of
+
+        hosts = len({(k * stride) // self.ranks_per_host for k in range(group)})
+        c = INTER if hosts > 1 else INTRA
+        a, f = flat_coefficients(np.array([op], object), np.array([float(group)]), "ring")
+        lone = a[0] * self.params.step_ns(c) + f[0] * nbytes / _of(self.params.capacity, c)
+        return float(lone * self.op_factor.get(op, 1.0))
+
+    def with_run(self, run, g) -> "Costs":
+        """These costs with op_factor measured on the run's collectives that had the links to themselves: per op,
+        the median over them of the shortest participant's time (the last to arrive waits least: its time is the
+        transfer, whatever the ranks' clocks) over what the links give it."""
+        c = g.colls
+        if not len(c) or c.bytes.isna().all():
+            return self
+        ev = run.sql("SELECT rank, event_id, ts_ns, ts_ns + dur_ns AS end_ns FROM events "
+                     "WHERE ph = 'X' AND dur_ns IS NOT NULL")
+        ev = ev.set_index(["rank", "event_id"])
+        n = np.array([len(x) for x in c.present_ranks])
+        part = pd.DataFrame({"row": np.repeat(np.arange(len(c)), n),
+                             "rank": np.concatenate([np.asarray(x, np.int64) for x in c.present_ranks]),
+                             "event_id": np.concatenate([np.asarray(x, np.int64) for x in c.events])})
+        got = ev.reindex(pd.MultiIndex.from_arrays([part["rank"], part.event_id]))
+        part["start"], part["end"] = got.ts_ns.to_numpy(float), got.end_ns.to_numpy(float)
+        part = part.dropna()
+        # lone: no other collective in flight on any of its ranks while it ran there
+        lone = np.ones(len(c), bool)
+        for _, x in part.sort_values(["rank", "start"]).groupby("rank"):
+            s0, e0, rows = x.start.to_numpy(), x.end.to_numpy(), x.row.to_numpy()
+            reach = np.maximum.accumulate(e0)
+            clash = np.zeros(len(x), bool)
+            clash[1:] = s0[1:] < reach[:-1]
+            clash[:-1] |= clash[1:]
+            lone[rows[clash]] = False
+        took = (part.end - part.start).groupby(part.row).min()
+        factors = {}
+        base = replace(self, op_factor={})
+        for op in pd.unique(c.op.astype(str)):
+            rows = [i for i in took.index if lone[i] and str(c.op.iat[i]) == op and pd.notna(c.bytes.iat[i])]
+            model = np.array([base.ns(op, float(c.bytes.iat[i]), int(c.group_size.iat[i]),
+                                      self.ranks_per_host if (c.n_hosts.iat[i] or 1) > 1 else 1) for i in rows])
+            ok = model > 0
+            if ok.any():
+                factors[op] = float(np.median(took[rows].to_numpy(float)[ok] / model[ok]))
+        return replace(self, op_factor=factors)
+
+
+@dataclass
+class Work:
+    """The source's work per block, per micro-batch, per token-scaled unit (see step_ns)."""
+    block: np.ndarray  # [phase][split] -> (floor, rest) per block and micro-batch at the source's tokens
+    pre: np.ndarray  # [phase][split] -> (floor, rest) per micro-batch (the first stage's)
+    post: np.ndarray
+    blocks: int  # the model's blocks
+    tokens: float  # a source rank's micro-batch tokens
+    optimizer_ns_per_byte: float
+    params_ns_per_byte: float  # gradient accumulation and hooks, per gradient byte a micro-batch
+    other_ns: float
+    glue_ns_per_coll: float  # DTensor glue a tensor-parallel collective costs the source (0 without)
+    call_ns: float  # CPU time of a collective call
+    model_bytes: float  # the model's parameters
+    buckets: list  # the data-parallel all-reduce's bucket shares (empty: DDP's defaults)
+
+
+def work(st: Structure, src: Layout, dp_bucket_bytes: list) -> Work:
+    ranks = list(st.ranks.values())
+    blk = np.zeros((2, 2, 2))
+    n = 0
+    for w in ranks:
+        if w.blocks > 0:
+            blk += w.work[:, BLOCK] / (src.micro_batches * w.blocks)
+            n += 1
+    blk /= max(n, 1)
+    # the ops around the blocks: the stage that holds them (the most of it on any rank)
+    pre = max((w.work[:, PRE] for w in ranks), key=lambda a: a.sum()) / src.micro_batches
+    post = max((w.work[:, POST] for w in ranks), key=lambda a: a.sum()) / src.micro_batches
+    blocks = int(round(sum(w.blocks for w in ranks) / (src.dp * src.tp)))
+    model_bytes = sum(st.grad_bytes.values()) / (src.dp * src.tp)
+    held = [st.param_bytes.get(w.rank, 0) for w in ranks]
+    opt = np.mean([w.optimizer_ns / b for w, b in zip(ranks, held) if b > 0]) if any(held) else 0.0
+    grads = [st.grad_bytes.get(w.rank, 0) for w in ranks]
+    par = np.mean([w.params_ns / (g * src.micro_batches) for w, g in zip(ranks, grads) if g > 0]) if any(grads) else 0
+    n_tp = _tp_colls(st, src)
+    glue = np.mean([w.tp_glue_ns for w in ranks]) / n_tp if n_tp > 0 else 0.0
+    calls = [w.coll_call_ns / w.n_colls for w in ranks if w.n_colls > 0]
+    total = sum(dp_bucket_bytes)
+    return Work(blk, pre, post, blocks, float(st.tokens), float(opt), float(par),
+                float(np.mean([w.other_ns for w in ranks])), float(glue), float(np.mean(calls)) if calls else 0.0,
+                float(model_bytes), [b / total for b in dp_bucket_bytes] if total > 0 else [])
+
+
+def _tp_colls(st: Structure, lay: Layout) -> float:
+    """Tensor-parallel collectives a rank calls a step (the structure's plan)."""
+    if lay.tp <= 1:
+        return 0.0
+    blocks = np.mean([w.blocks for w in st.ranks.values()])
+    return blocks * lay.micro_batches * (st.colwise + st.rowwise)
+
+
+def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batch_scale: float = 1.0) -> dict:
+    """The step of layout lay on the source's work (module docstring): {"step_ns", and its parts}."""
+    tokens = w.tokens * (src.dp * src.micro_batches) / (lay.dp * lay.micro_batches) * batch_scale
+    k = tokens / w.tokens
+    tp_div = src.tp / lay.tp
+
+    def timed(a):  # [phase][split] -> (floor, rest): per phase ns
+        return a[:, :, 0].sum(axis=1) + a[:, 0, 1] * k + a[:, 1, 1] * k * tp_div
+
+    blk, pre, post = timed(w.block), timed(w.pre), timed(w.post)
+    boundary = tokens * st.hidden * st.element_bytes
+    strides = {"tp": 1, "pp": lay.tp, "dp": lay.tp * lay.pp}
+    tp_ar = costs.ns("all_reduce", boundary, lay.tp, strides["tp"]) if lay.tp > 1 else 0.0
+    per_coll = w.glue_ns_per_coll + w.call_ns if lay.tp > 1 else 0.0
+    tp_f = st.rowwise * (tp_ar + per_coll)
+    tp_b = st.colwise * (tp_ar + per_coll)
+    bounds = np.linspace(0, w.blocks, lay.pp + 1).round().astype(int)
+    f, b = [], []
+    for s in range(lay.pp):
+        nb = bounds[s + 1] - bounds[s]
+        f.append(nb * (blk[0] + tp_f) + (s == 0) * pre[0] + (s == lay.pp - 1) * post[0])
+        b.append(nb * (blk[1] + tp_b) + (s == 0) * pre[1] + (s == lay.pp - 1) * post[1])
+    p2p = costs.ns("send", boundary, 2, strides["pp"]) + w.call_ns if lay.pp > 1 else 0.0
+    grads = w.model_bytes / (lay.tp * lay.pp)
+    shard = lay.dp if lay.sharding != "none" else 1
+    parts = {"optimizer_ns": w.optimizer_ns_per_byte * grads / shard,
+             "accumulate_ns": w.params_ns_per_byte * grads * lay.micro_batches,
+             "other_ns": w.other_ns}
+    if lay.sharding == "fsdp":
+        if lay.pp > 1 or lay.micro_batches > 1:
+            raise ValueError("sharding 'fsdp' is modelled with pipeline 1 and one micro-batch")
+        parts["compute_comm_ns"] = _fsdp(st, w, lay, f[0], b[0], blk, tp_f, tp_b, pre, post, grads, costs, strides)
+    else:
+        from .pipeline import pipeline_makespan
+
+        span = pipeline_makespan(f, b, int(round(p2p)), lay.micro_batches, lay.schedule)
+        parts["compute_comm_ns"] = span
+        parts["dp_exposed_ns"] = _dp_exposed(w, lay, b[-1] if lay.pp else 0.0, grads, costs, strides["dp"])
+    parts["step_ns"] = sum(parts.values())
+    return parts
+
+
+def _dp_exposed(w: Work, lay: Layout, last_bwd_ns: float, grads: float, costs: Costs, stride: int) -> float:
+    """The data-parallel gradient sync outlasting the last micro-batch's backward (sharding none, zero1, zero2)."""
+    if lay.dp <= 1 or grads <= 0:
+        return 0.0
+    if lay.sharding in ("zero1", "zero2"):
+        return (costs.ns(costs.reduce_scatter_op, grads, lay.dp, stride) + costs.ns("all_gather", grads, lay.dp, stride)
+                + 2 * w.call_ns)
+    shares = w.buckets or _ddp_buckets(grads)
+    t = end = 0.0
+    done = 0.0
+    for sh in shares:  # ready as the backward reaches them, sent one after another
+        done += sh
+        ready = last_bwd_ns * done
+        end = max(ready, end) + costs.ns("all_reduce", grads * sh, lay.dp, stride) + w.call_ns
+        t = end
+    return max(0.0, t - last_bwd_ns)
+
+
+def _ddp_buckets(grads: float) -> list:
+    """DDP's bucket shares of the gradients: a 1 MiB first bucket, then 25 MiB ones."""
+    sizes, left = [], grads
+    cap = DDP_FIRST_BUCKET_BYTES
+    while left > 0:
+        sizes.append(min(cap, left))
+        left -= sizes[-1]
+        cap = DDP_BUCKET_BYTES
+    return [s / grads for s in sizes]
+
+
+def _fsdp(st, w: Work, lay: Layout, f_all, b_all, blk, tp_f, tp_b, pre, post, grads, costs, strides) -> float:
+    """FSDP's step (pipeline 1, one micro-batch): the computation and one communication stream, on the engine."""
+    unit_block = min(st.block_param_bytes, grads * lay.tp / max(w.blocks, 1)) / lay.tp
+    root = max(grads - unit_block * w.blocks, 0.0)
+    units = [root] + [unit_block] * w.blocks  # the rest of the model (its root module), then the blocks
+    ag = [costs.ns("all_gather", u, lay.dp, strides["dp"]) + w.call_ns for u in units]
+    rs = [costs.ns(costs.reduce_scatter_op, u, lay.dp, strides["dp"]) + w.call_ns for u in units]
+    fwd = [pre[0] + post[0]] + [blk[0] + tp_f] * w.blocks
+    bwd = [pre[1] + post[1]] + [blk[1] + tp_b] * w.blocks
+    n_u = len(units)
+    durs, src, dst = [0], [], []
+
+    def node(d):
+        durs.append(int(round(d)))
+        return len(durs) - 1
+
+    def edge(a, b_):
+        src.append(a)
+        dst.append(b_)
+
+    comm_prev = comp_prev = 0
+    ag_f = []
+    for u in range(n_u):  # forward: each unit's all-gather, in order, before its forward
+        a = node(ag[u])
+        edge(comm_prev, a)
+        comm_prev = a
+        ag_f.append(a)
+    f_nodes = []
+    for u in range(n_u):
+        x = node(fwd[u])
+        edge(comp_prev, x)
+        edge(ag_f[u], x)
+        comp_prev = x
+        f_nodes.append(x)
+    # backward: the root (the head's backward comes first), then the blocks in reverse, each gathered again before
+    # its backward (FSDP2 reshards after the forward) and its gradients reduced after it
+    order = [0] + list(range(n_u - 1, 0, -1))
+    for u in order:
+        a = node(ag[u])
+        edge(comm_prev, a)
+        edge(f_nodes[-1], a)
+        comm_prev = a
+        x = node(bwd[u])
+        edge(comp_prev, x)
+        edge(a, x)
+        comp_prev = x
+        r = node(rs[u])
+        edge(comm_prev, r)
+        edge(x, r)
+        comm_prev = r
+    e = Engine(len(durs), src, dst, np.ones(len(src), bool), np.zeros(len(src), np.int64), source=0, t0_ns=0)
+    return float(e.run(np.asarray(durs, np.int64)).end_ns.max())
+
+
+def predict(st: Structure, src: Layout, new: Layout, costs: Costs, dp_bucket_bytes: list,
+            batch_scale: float = 1.0) -> tuple[float, dict, dict]:
+    """(step change ns, the new layout's parts, the source's parts)."""
+    w = work(st, src, dp_bucket_bytes)
+    a = step_ns(st, w, src, src, costs)
+    b = step_ns(st, w, new, src, costs, batch_scale)
+    return b["step_ns"] - a["step_ns"], b, a
+
+
+def same(a: Layout, b: Layout) -> bool:
+    if a.pp == 1 and b.pp == 1:
+        a, b = replace(a, schedule="1f1b"), replace(b, schedule="1f1b")
+    return a == b
+
+
+def target(par, src: Layout, world: int, st: Structure, where: str) -> Layout:
+    """The layout [parallelism] asks for: the degrees it gives, the run's for the rest; dp, when not given, keeps the
+    world size. One clear error for a layout that cannot be."""
+    from .checks import ScenarioError
+
+    tp = par.tp if par.tp is not None else src.tp
+    pp = par.pp if par.pp is not None else src.pp
+    if par.dp is not None:
+        dp = par.dp
+    elif world % (tp * pp):
+        raise ScenarioError(f"{where}: [parallelism] tp x pp = {tp * pp} does not divide the run's {world} ranks: give "
+                            f"dp as well (dp x tp x pp is the new world size)")
+    else:
+        dp = world // (tp * pp)
+    m = par.micro_batches if par.micro_batches is not None else (src.micro_batches if pp > 1 else 1)
+    new = Layout(dp, tp, pp, m, par.schedule or src.schedule, par.sharding or src.sharding)
+    if pp > st_blocks(st, src):
+        raise ScenarioError(f"{where}: [parallelism] pp = {pp}: the model has {st_blocks(st, src)} repeated blocks "
+                            f"(what the trace's forward repeats): at most {st_blocks(st, src)} stages")
+    heads = st.heads * src.tp
+    cut = sorted(st.split_dims | ({heads} if heads else set()))
+    for d in cut:
+        if d % tp:
+            raise ScenarioError(f"{where}: [parallelism] tp = {tp} does not divide {d}, which a tensor-parallel split "
+                                f"cuts (the blocks' linear widths and attention heads: {cut})")
+    if new.sharding == "fsdp" and (pp > 1 or m > 1):
+        raise ScenarioError(f"{where}: [parallelism] sharding = 'fsdp' is modelled with pp = 1 and one micro-batch "
+                            f"(asked: pp = {pp}, micro_batches = {m})")
+    return new
+
+
+def st_blocks(st: Structure, src: Layout) -> int:
+    return int(round(sum(w.blocks for w in st.ranks.values()) / (src.dp * src.tp)))
+
+
+def notes_for(src: Layout, new: Layout, st: Structure, w: Work, parts: dict, base: dict, costs: Costs) -> list[str]:
+    out = [f"re-layout {src.describe()} -> {new.describe()} from the traces: {w.blocks} repeated blocks of "
+           f"{st.period_ops} ops ({st.colwise} column- and {st.rowwise} row-parallel linears each), a micro-batch's "
+           f"{st.tokens} tokens x {st.hidden} hidden at a block boundary; global batch kept; step x "
+           f"{parts['step_ns'] / base['step_ns']:.3f} (the formula's {base['step_ns'] / 1e6:.1f} -> "
+           f"{parts['step_ns'] / 1e6:.1f} ms; replay/relayout.py)"]
+    if new.tp > 1 and src.tp == 1:
+        out.append("tensor parallelism from a run without it: one all-reduce per row-parallel linear (forward) and "
+                   "per column-parallel linear (backward), no DTensor glue (the run has none to measure)")
+    if new.world != src.world:
+        out.append(f"world {src.world} -> {new.world} ranks, {costs.ranks_per_host} a host")
+    if costs.op_factor:
+        out.append("collective ops as the run's lone ones ran them, x the links' time: "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in sorted(costs.op_factor.items())))
+    if new.sharding in ("fsdp", "zero1", "zero2") and "all_gather" not in costs.op_factor:
+        out.append("the run has no all-gather to measure: its all-gathers cost what the links give a ring")
+    return out
+
+
+def source_layout(run, g, facts) -> Layout:
+    """The run's own layout, as its traces show it (replay/dims.py)."""
+    from .parallelism import layout as _layout
+
+    lay = _layout(run)
+    par = (run.run_manifest().get("parallel") or {}) if lay else {}
+    if not lay:
+        from .checks import ScenarioError
+
+        raise ScenarioError("[parallelism]: the run's layout is unknown")
+    sched = "gpipe" if "gpipe" in str(par.get("layout", "")) else "1f1b"
+    return Layout(int(lay["dp"]), int(lay["tp"]), int(lay["pp"]), int(lay.get("micro_batches") or 1), sched,
+                  str(par.get("sharding") or "none"))
+
+
+def _dp_buckets(g, facts, src: Layout) -> list:
+    """The bytes of the data-parallel all-reduces a step of the run's first rank calls (DDP's buckets), in order;
+    [] when the run has none (sharded, or one replica)."""
+    c = g.colls
+    if src.dp <= 1 or src.sharding != "none" or not len(c):
+        return []
+    first = min(g.ranks)
+    mine = (c.op.astype(str).to_numpy() == "all_reduce") & ~facts.coll_act & c.bytes.notna().to_numpy()
+    mine &= np.array([first in set(x) for x in c.present_ranks], bool)
+    steps = g.steps[(g.steps["rank"] == first) & ~g.steps["is_last"].astype(bool)]
+    if not mine.any() or steps.empty:
+        return []
+    s0, s1 = int(steps.ts_ns.iloc[0]), int(steps.end_ns.iloc[0])
+    at = c.first_arrival_ns.to_numpy(np.int64)
+    one = mine & (at >= s0) & (at < s1)
+    return c.bytes[one].astype(float).tolist()
+
+
+def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, batch_scale: float, where: str):
+    """(what the new layout multiplies the run's replayed step by, notes, the new layout): the formula's step of the
+    new layout over the run's own, both at the scenario's links and batch (module docstring)."""
+    from .links import INTER, _of
+    from .structure import structure
+
+    src = source_layout(run, g, facts)
+    st = structure(run, g, facts, src.micro_batches)
+    new = target(par, src, src.world, st, where)
+    hosts = max(1, run.sql("SELECT count(DISTINCT coalesce(hostname, CAST(rank AS VARCHAR))) AS n FROM ranks").n.iloc[0])
+    rph_src = max(1, src.world // int(hosts))
+    prm = link_params
+    if nominal_gbps:  # a link carries no more than its rate: a fit above it (a pipeline's sends) is held to it
+        prm = replace(prm, capacity={**prm.capacity, INTER: min(_of(prm.capacity, INTER), float(nominal_gbps))})
+    backend = str(run.sql("SELECT any_value(json_extract_string(distributed_info_json, '$.backend')) AS b "
+                          "FROM ranks").b.iloc[0] or "nccl")
+    measured = Costs(prm, rph_src, backend).with_run(run, g)
+    costs = replace(measured, ranks_per_host=int(gpus_per_node or rph_src))
+    w = work(st, src, _dp_buckets(g, facts, src))
+    base = step_ns(st, w, src, src, measured, batch_scale)
+    parts = step_ns(st, w, new, src, costs, batch_scale)
+    ratio = parts["step_ns"] / base["step_ns"] if base["step_ns"] > 0 else 1.0
+    return ratio, notes_for(src, new, st, w, parts, base, costs), new

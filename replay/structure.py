@@ -1,0 +1,321 @@
+"""The model's structure and per-step work as a trace shows it, without annotations: what a re-layout
+(replay/relayout.py) re-times and re-sizes.
+
+From the dependency graph and op_facts (replay/memory.py), per rank and profiled step (the last one left out):
+- the forward's repeated blocks (op_facts' tandem repeat of the forward's op sequence: Lumos' layer grouping, found
+  without `layer.<i>` annotations), how many a micro-batch runs, and the ops before the first block (embedding:
+  `pre`) and after the last (head and loss: `post`);
+- each backward node's forward op, by autograd's sequence number (a backward node carries the number of the forward
+  op that recorded it), so the backward is split into the same blocks, `pre` and `post`;
+- inside a block, which ops a tensor-parallel split divides: a linear that reads a norm's output (the block's
+  hidden) is column-parallel, the ops after it up to the next linear that follows an attention or activation
+  (the row-parallel one, itself included) are split; norms and residual adds are not (Megatron's and DTensor's
+  `ColwiseParallel` / `RowwiseParallel` plan). A column-parallel linear's input gradient and a row-parallel
+  linear's output are all-reduced: one collective each, per block and micro-batch;
+- the per-op floor (op_facts: the run's own time of ops that move no data, times the ops in a node): what a node
+  takes whatever its size; the rest of its time follows its tokens (and its share of a split);
+- tensor-parallel glue (DTensor's Redistribute, wrappers) and collective calls: CPU time per collective;
+- the optimizer (follows the parameters a rank holds) and the rest of the step (data loading, hooks: kept);
+- shapes: tokens and hidden size of a micro-batch at a block boundary (what a pipeline stage sends and a
+  tensor-parallel all-reduce carries), element bytes, the parameters' bytes (AccumulateGrad's shapes).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analyses import depgraph as _graph
+
+from .memory import BACKWARD, BACKWARD_PREFIX, FORWARD, OPTIMIZER, OpFacts
+
+NORMS = ("aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm", "aten::group_norm")
+LINEARS = ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul")
+# what mixes a column-parallel split before its row-parallel linear: attention, activations
+MIXERS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+          "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+          "aten::softmax", "aten::_softmax", "aten::gelu", "aten::silu", "aten::relu", "aten::bmm", "aten::baddbmm")
+# tensor parallelism's glue: DTensor's wrappers and redistributions, forward and backward
+TP_GLUE = ("Redistribute", "_FromTorchTensor", "_ToTorchTensor", "RedistributeBackward", "_ToTorchTensorBackward",
+           "_FromTorchTensorBackward")
+COLL_CALL_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "record_param_comms")
+ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "c10::Float8_e4m3fn": 1,
+                 "c10::Float8_e5m2": 1, "long int": 8, "int": 4}
+
+# node categories
+PRE, BLOCK, POST = 0, 1, 2
+WHERE = ("pre", "block", "post")
+
+
+@dataclass
+class RankWork:
+    """One rank's work per step (medians over its profiled steps but the last), ns."""
+    rank: int
+    blocks: int  # blocks a micro-batch of this rank runs (its stage's)
+    # [phase (0 forward, 1 backward)][where (pre, block, post)][split (0 kept, 1 divided by tp)] -> (floor, rest)
+    work: np.ndarray = field(default_factory=lambda: np.zeros((2, 3, 2, 2)))
+    optimizer_ns: float = 0.0
+    params_ns: float = 0.0  # parameter-sized work outside the optimizer (gradient accumulation, hooks)
+    other_ns: float = 0.0  # the rest of the step (data loading, ...): kept
+    tp_glue_ns: float = 0.0  # DTensor glue
+    coll_call_ns: float = 0.0  # CPU time in collective calls
+    n_colls: float = 0.0  # collectives a step calls on this rank
+
+
+@dataclass
+class Structure:
+    """What a re-layout needs from the source run (module docstring)."""
+    ranks: dict  # rank -> RankWork
+    period_ops: int  # ops in one block
+    colwise: int  # column-parallel linears per block
+    rowwise: int  # row-parallel linears per block
+    tokens: int  # tokens of a rank's micro-batch at a block boundary
+    hidden: int  # the hidden size at a block boundary
+    element_bytes: int
+    split_dims: set  # what a tensor-parallel split cuts: the blocks' linear widths (global shapes)
+    heads: int  # attention heads a rank computes (its query's second dimension; 0: no attention op seen)
+    block_param_bytes: float  # a block's parameters (its linears' and norms' weights and biases, global shapes), bytes
+    param_bytes: dict  # rank -> the parameters its optimizer updates, bytes
+    grad_bytes: dict  # rank -> the gradients a micro-batch's backward hands AccumulateGrad (global shapes), bytes
+    steps: int
+    notes: list = field(default_factory=list)
+
+    @property
+    def boundary_bytes(self) -> int:
+        """What one micro-batch hands the next block (a pipeline stage's send, a tensor-parallel all-reduce)."""
+        return self.tokens * self.hidden * self.element_bytes
+
+
+_OPS_SQL = """
+SELECT rank, tid, event_id, name, ts_ns, ts_ns + dur_ns AS end_ns, coalesce(sequence_number, -1) AS seq,
+       input_dims, input_types
+FROM events WHERE ph = 'X' AND cat IN ('cpu_op', 'user_annotation') AND dur_ns IS NOT NULL
+"""
+
+
+def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
+    """The source run's structure and work (module docstring); micro_batches: what the run's step holds."""
+    from .checks import ScenarioError
+
+    if not facts.blocks:
+        raise ScenarioError("[parallelism]: the trace's forward shows no repeated block (no op sequence that repeats, "
+                            "or no input shapes: profile with record_shapes=True), so there are no layers to split")
+    ev = run.sql(_OPS_SQL)
+    cpu = g.kind == _graph.K["cpu"]
+    steps = g.steps[~g.steps["is_last"].astype(bool)]
+    in_step = np.zeros(len(g.kind), bool)
+    step_of = np.full(len(g.kind), -1, np.int64)
+    for r, s, s0, s1 in zip(steps["rank"], steps["step"], steps.ts_ns, steps.end_ns):
+        m = (g.rank == r) & (g.start_ns >= s0) & (g.start_ns < s1)
+        in_step |= m
+        step_of[m] = s
+    where = np.full(len(g.kind), -1, np.int8)
+    split = np.zeros(len(g.kind), bool)
+    names = g.name.astype(str)
+    fwd = cpu & in_step & (facts.phase == FORWARD)
+    colwise = rowwise = 0
+    tokens = hidden = elem = 0
+    # the forward: blocks, pre and post, and the tensor-parallel split inside the blocks
+    seq_where: dict = {}
+    blocks_of = {}
+    block_params = 0.0
+    split_dims, heads = set(), 0
+    for r in np.unique(g.rank[fwd]):
+        mine = np.flatnonzero(fwd & (g.rank == r))
+        mine = mine[np.argsort(g.start_ns[mine], kind="stable")]
+        for s in np.unique(step_of[mine]):
+            idx = mine[step_of[mine] == s]
+            b = facts.block_ns[idx] > 0
+            if not b.any():
+                where[idx] = PRE
+                continue
+            first, last = np.flatnonzero(b)[[0, -1]]
+            where[idx[:first]] = PRE
+            where[idx[last + 1:]] = POST
+            where[idx[first:last + 1]] = np.where(b[first:last + 1], BLOCK, PRE)
+        # one entry per event (an event cut into pieces around its waits is one op)
+        blk = mine[facts.block_ns[mine] > 0]
+        _, first_piece = np.unique(g.event_id[blk], return_index=True)
+        ops = blk[np.sort(first_piece)]
+        cw, rw, sp = _split(names[ops])
+        split[np.isin(g.event_id, g.event_id[ops[sp]]) & (g.rank == r)] = True
+        n_blocks = len(ops) / max(_period(facts, r), 1)
+        blocks_of[int(r)] = n_blocks
+        if n_blocks >= 1 and not block_params:
+            block_params = _weights(ev, int(r), g.event_id[ops], names[ops]) / n_blocks
+            split_dims, heads = _split_dims(ev, int(r), g.event_id[ops[sp]], names[ops[sp]])
+        if n_blocks >= 1 and not (colwise or rowwise):
+            colwise, rowwise = int(round(cw / n_blocks)), int(round(rw / n_blocks))
+    # shapes at a block boundary: the first norm's input inside a block
+    e = ev.set_index(["rank", "event_id"])
+    blk_nodes = np.flatnonzero(fwd & (where == BLOCK))
+    for i in blk_nodes:
+        if names[i] in NORMS:
+            row = e.loc[(int(g.rank[i]), int(g.event_id[i]))]
+            dims = json.loads(row.input_dims)[0]
+            types = json.loads(row.input_types)[0] if isinstance(row.input_types, str) else "float"
+            tokens, hidden = int(np.prod(dims[:-1])), int(dims[-1])
+            elem = ELEMENT_BYTES.get(types, 4)
+            break
+    # the backward: each node's forward op by sequence number (the forward node holding the op with that number)
+    for (r, tid), x in ev[ev.seq >= 0].groupby(["rank", "tid"], sort=False):
+        nodes = np.flatnonzero(fwd & (g.rank == r))
+        if not len(nodes):
+            continue
+        nodes = nodes[np.argsort(g.start_ns[nodes], kind="stable")]
+        ts = x.ts_ns.to_numpy(np.int64)
+        at = np.searchsorted(g.start_ns[nodes], ts, side="right") - 1
+        ok = at >= 0
+        ok[ok] &= ts[ok] < (g.start_ns[nodes] + g.dur_ns[nodes])[at[ok]]
+        for sq, node in zip(x.seq.to_numpy(np.int64)[ok], nodes[at[ok]]):
+            seq_where[(int(r), int(sq))] = (int(where[node]), bool(split[node]))
+    bwd = cpu & in_step & (facts.phase == BACKWARD)
+    key = ev.set_index(["rank", "event_id"]).seq
+    bidx = np.flatnonzero(bwd)
+    bseq = key.reindex(pd.MultiIndex.from_arrays([g.rank[bidx], g.event_id[bidx]])).to_numpy()
+    unmapped = np.zeros(len(g.kind), bool)
+    for i, sq in zip(bidx, bseq):
+        got = seq_where.get((int(g.rank[i]), int(sq))) if sq is not None and sq >= 0 else None
+        if got is not None and got[0] >= 0:
+            where[i], split[i] = got[0], got[1]
+        else:
+            unmapped[i] = True
+    bare = pd.Series(names).str.removeprefix(BACKWARD_PREFIX + " ")
+    glue = cpu & in_step & bare.isin(TP_GLUE).to_numpy()
+    call = cpu & in_step & bare.str.startswith(COLL_CALL_PREFIXES).to_numpy()
+    floor = np.zeros(len(g.kind))
+    for r, f in facts.floor_ns.items():
+        m = g.rank == r
+        floor[m] = f * facts.n_ops[m]
+    floor = np.minimum(floor, g.dur_ns)
+    rest = g.dur_ns - floor
+    # the thread's time between ops (Python, the framework) is the next op's, and does not follow its size
+    thread = g.edge_kind == _graph.E["thread"]
+    gap = np.zeros(len(g.kind))
+    np.add.at(gap, g.dst[thread], np.maximum(g.lag_ns[thread], 0))
+    floor = floor + gap
+    out = {}
+    n_steps = 0
+    for r in g.ranks:
+        rr = g.rank == r
+        st = np.unique(step_of[rr & in_step])
+        k = max(len(st), 1)
+        n_steps = max(n_steps, k)
+        blocks = int(round(blocks_of.get(int(r), 0) / k / micro_batches))
+        w = RankWork(int(r), blocks)
+        for ph, sel in ((0, fwd), (1, bwd & ~unmapped)):
+            for wh in (PRE, BLOCK, POST):
+                for sp in (0, 1):
+                    m = sel & rr & (where == wh) & (split == bool(sp)) & ~glue & ~call
+                    w.work[ph, wh, sp] = (floor[m].sum() / k, rest[m].sum() / k)
+        # backward nodes with no forward op: token work spread like the mapped ones; the rest follows the parameters
+        um = unmapped & rr & ~glue & ~call
+        tok = um & facts.act
+        mapped = w.work[1].sum(axis=2)
+        share = mapped / mapped.sum() if mapped.sum() > 0 else np.array([[0, 1], [0, 0], [0, 0]], float)[:, :2]
+        w.work[1] += share[..., None] * np.array([floor[tok].sum(), rest[tok].sum()]) / k if mapped.sum() > 0 else 0
+        busy = g.dur_ns + gap
+        w.params_ns = float(busy[um & ~facts.act].sum()) / k
+        w.optimizer_ns = float(busy[cpu & rr & in_step & (facts.phase == OPTIMIZER)].sum()) / k
+        w.tp_glue_ns = float(busy[glue & rr].sum()) / k
+        w.coll_call_ns = float(busy[call & rr].sum()) / k
+        known = fwd | bwd | glue | call | (facts.phase == OPTIMIZER)
+        w.other_ns = float(busy[cpu & rr & in_step & ~known].sum()) / k
+        if len(g.colls):
+            present = g.colls.present_ranks.map(lambda x: int(r) in set(x)).to_numpy(bool)
+            w.n_colls = present.sum() / k
+        out[int(r)] = w
+    params = _param_bytes(run)
+    grads = {r: b / max(micro_batches, 1) for r, b in _grad_bytes(run).items()}
+    return Structure(out, _period(facts, next(iter(facts.blocks))), colwise, rowwise, tokens, hidden, elem or 4,
+                     split_dims, heads, block_params * (elem or 4), params, grads, n_steps)
+
+
+def _weights(ev: pd.DataFrame, rank: int, event_ids: np.ndarray, names: np.ndarray) -> float:
+    """Elements of the weights and biases the linears and norms among these ops read (their global shapes)."""
+    want = np.isin(names, LINEARS[:1] + NORMS[:1] + NORMS[2:3])
+    rows = ev[(ev["rank"] == rank) & ev.event_id.isin(event_ids[want])]
+    total = 0
+    for name, dims in zip(rows.name, rows.input_dims):
+        if not isinstance(dims, str):
+            continue
+        d = json.loads(dims)
+        args = d[1:3] if name == "aten::linear" else d[2:4] if name == "aten::layer_norm" else d[1:2]
+        total += sum(int(np.prod(a)) for a in args if isinstance(a, list) and a)
+    return float(total)
+
+
+def _split_dims(ev: pd.DataFrame, rank: int, event_ids: np.ndarray, names: np.ndarray) -> tuple[set, int]:
+    """(the widths a tensor-parallel split cuts among these split ops: each linear's weight's dimensions, global
+    shapes; the attention heads the rank computes: its query's second dimension)."""
+    rows = ev[(ev["rank"] == rank) & ev.event_id.isin(event_ids)]
+    dims, heads = set(), 0
+    for name, d in zip(rows.name, rows.input_dims):
+        if not isinstance(d, str):
+            continue
+        a = json.loads(d)
+        if name == "aten::linear" and len(a) > 1 and len(a[1]) == 2:
+            dims.update(int(x) for x in a[1])
+        elif name in MIXERS[:4] and a and len(a[0]) == 4:
+            heads = max(heads, int(a[0][1]))
+    return dims, heads
+
+
+def _period(facts: OpFacts, r) -> int:
+    got = facts.blocks.get(int(r))
+    return int(got[0]) if got else 0
+
+
+def _split(names: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """Column- and row-parallel linears in a run of blocks' ops (module docstring), and which of its ops a
+    tensor-parallel split divides."""
+    out = np.zeros(len(names), bool)
+    state, mixed = "kept", False
+    cw = rw = 0
+    for i, n in enumerate(names):
+        if n in LINEARS:
+            out[i] = True
+            if state == "split" and mixed:  # after an attention or activation: row-parallel, the split ends
+                rw += 1
+                state, mixed = "kept", False
+            else:  # reads the hidden (or beside another column-parallel linear)
+                cw += 1
+                state = "split"
+            continue
+        if state == "split":
+            out[i] = True
+            if n in MIXERS:
+                mixed = True
+    return cw, rw, out
+
+
+def _param_bytes(run) -> dict:
+    """rank -> the bytes of the parameters its optimizer updates (analyses.memory.parameter_bytes)."""
+    from analyses.memory import parameter_bytes
+
+    rows = parameter_bytes(run).dropna(subset=["parameter_bytes"])
+    return dict(zip(rows["rank"].astype(int), rows.parameter_bytes.astype(int)))
+
+
+_GRAD_BYTES_SQL = """
+WITH recv AS (SELECT DISTINCT rank, json_extract(input_dims, '$[0]')::VARCHAR AS shape FROM events
+              WHERE ph = 'X' AND name IN ('gloo:recv', 'nccl:recv') AND input_dims IS NOT NULL),
+g AS (SELECT c.rank, c.step, sum(_tensor_arg_nelems(c.input_dims, 0)
+                                 * _tensor_dtype_bytes(_tensor_first_type(c.input_types)))::BIGINT AS bytes
+      FROM cpu_ops c LEFT JOIN recv r ON r.rank = c.rank AND r.shape = json_extract(c.input_dims, '$[0]')::VARCHAR
+      WHERE c.name = 'torch::autograd::AccumulateGrad' AND c.step IS NOT NULL AND r.rank IS NULL
+      GROUP BY c.rank, c.step)
+SELECT rank, median(bytes) AS grad_bytes FROM g GROUP BY rank
+"""
+
+
+def _grad_bytes(run) -> dict:
+    """rank -> the gradients AccumulateGrad receives a step (a DTensor's global shape: the model's parameters
+    however they are sharded), less the leaves a pipeline's receive filled (a stage's input activation)."""
+    from analyses.memory import _shapes_macros
+
+    _shapes_macros(run)
+    rows = run.sql(_GRAD_BYTES_SQL)
+    return dict(zip(rows["rank"].astype(int), rows.grad_bytes.astype(float)))
