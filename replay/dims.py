@@ -134,7 +134,7 @@ def trace_layout(run, g, coll_act, *, cross_check: bool = True) -> TraceLayout:
     groups: dict = {}
     deg = {d: 1 for d in WORLD_DIMS}
     for d, grp in named.groupby("dim", sort=True):
-        groups[d] = [list(r) for r in sorted(set(grp.ranks), key=lambda r: (r[0], len(r)))]
+        groups[d] = _degree_groups(grp)
         n = _named_degree(grp)
         if n is not None and "-" not in d and (d in deg or n > 1):
             deg[d] = n
@@ -188,7 +188,7 @@ def coll_dims(g, lay: TraceLayout, coll_act) -> np.ndarray:
     if not n:
         return out.astype(str)
     tok = np.zeros(n, bool) if coll_act is None or len(coll_act) != n else np.asarray(coll_act, bool)
-    member = {}  # (dim, frozenset of ranks) lookups: rank -> group index per dimension
+    member = {}  # dim -> {rank: index of its group in that dimension}
     for d, gs in lay.groups.items():
         for i, rks in enumerate(gs):
             for r in rks:
@@ -229,7 +229,7 @@ def _world(run, g) -> int:
         raise TracekitError(f"[dims] the ranks disagree on the world size: {sorted(sizes)}")
     if sizes:
         return sizes.pop()
-    ranks = set(int(r) for r in rows["rank"].dropna()) | set(int(r) for r in g.ranks)
+    ranks = {int(r) for r in rows["rank"].dropna()} | {int(r) for r in g.ranks}
     return max(1, len(ranks))
 
 
@@ -294,6 +294,24 @@ def _named_degree(grp: pd.DataFrame) -> int | None:
     if len(split):
         return int(np.prod([int(s["size"].max()) for _, s in split.groupby("sub")]))
     return None
+
+
+def _degree_groups(grp: pd.DataFrame) -> list[list[int]]:
+    """A named dimension's groups: those that set its degree (the ranks DeviceMesh's dp_shard and dp_replicate
+    groups join, when they split it); all of them when none does (a combined or sub-group name)."""
+    own = grp[grp.sets_degree & grp["sub"].isna()]
+    if len(own):
+        n = own["size"].max()
+        return sorted(list(r) for r in set(own.ranks[own["size"] == n]))
+    split = grp[grp.sets_degree & grp["sub"].notna()]
+    if not len(split):
+        return sorted(list(r) for r in set(grp.ranks))
+    comp = {}
+    for rks in split.ranks:
+        joined = set(rks).union(*[comp[r] for r in rks if r in comp])
+        for r in joined:
+            comp[r] = joined
+    return sorted(list(c) for c in {tuple(sorted(c)) for c in comp.values()})
 
 
 def _complement_groups(world: int, groups: dict, deg: dict) -> list[list[int]]:
@@ -553,8 +571,8 @@ def _pipeline_schedule(g, colls, dims, chains) -> tuple[int, str | None, list[st
         counts += [int(c.get(x, 0)) for x in full] if len(steps) else [int(mine.sum())]
     counts = [c for c in counts if c > 0]
     mb = int(np.median(counts)) if counts else 1
-    why = [f"micro_batches = {mb}: the first stage's forward sends per step (median over {len(counts)} "
-           f"step(s) of {len(chains)} pipeline(s))"]
+    why = [(f"micro_batches = {mb}: the first stage's forward sends per step (median over {len(counts)} "
+            f"step(s) of {len(chains)} pipeline(s))")]
     if mb <= 1 or not backward.any():
         why.append("schedule not tellable: " + ("one micro-batch" if mb <= 1 else "no backward transfers"))
         return mb, None, why
