@@ -29,8 +29,8 @@ The rules, in the order they apply:
    else its ranks matched to a dimension's group); a send / recv (group_size 2, possibly on the world's group)
    between two ranks of one pipeline group is "pp". Unnamed: by rule 2's kinds. What belongs to no dimension
    (the world's group in a layout that names its dimensions) is "world".
-4. sharding "fsdp": all-gathers of non-token tensors on the dp dimension (FSDP / ZeRO-3 gather the parameters
-   before use); FSDP2's `FSDP::all_gather` record_function ranges are quoted as evidence when present.
+4. sharding "fsdp": all-gathers of non-token tensors on the dp dimension, some of them in the forward (FSDP /
+   ZeRO-3 gather the parameters before use); FSDP2's `FSDP::all_gather` record_function ranges are quoted as evidence when present.
 5. micro_batches (pp > 1): the forward sends of the first stage per step (the median over steps); the first
    stage is the sender of a pipeline's earliest transfer, the next stage the receiver of a stage's first send.
    schedule: "gpipe" when on every stage each step's backward transfers (gradients, against the stage order)
@@ -467,11 +467,11 @@ def _unnamed(colls, tokens, fwd, world, deg, groups, evidence) -> None:
 # --------------------------------------------------------------------------------------------- sharding, pipeline
 
 def _sharding(run, colls, dims, tokens, fwd) -> tuple[str, list[str]]:
-    """Rule 4: 'fsdp' when the dp dimension all-gathers non-token tensors."""
+    """Rule 4: 'fsdp' when the dp dimension all-gathers non-token tensors, some in the forward."""
     if not len(colls):
         return "none", []
     gather = colls.op.astype(str).str.contains("all_gather").to_numpy(bool) & ~tokens & (dims == "dp")
-    if not gather.any():
+    if not (gather & fwd).any():  # gathered before use: some in the forward (only in the backward is no sharding)
         return "none", []
     ranges = run.sql("SELECT count(*) AS n FROM events WHERE ph = 'X' AND (name = 'FSDP::all_gather' "
                      "OR name LIKE 'FSDP::all_gather (%')").n.iat[0]
