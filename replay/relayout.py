@@ -31,10 +31,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from .dims import SCHEDULES
 from .engine import Engine
 from .structure import BLOCK, POST, PRE, Structure
 
-PIPELINE_SCHEDULES = ("gpipe", "1f1b")
+PIPELINE_SCHEDULES = SCHEDULES
 SHARDINGS = ("none", "zero1", "zero2", "fsdp")
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 DDP_BUCKET_BYTES = 25 << 20
@@ -378,37 +379,31 @@ def notes_for(src: Layout, new: Layout, st: Structure, w: Work, parts: dict, bas
     return out
 
 
-def source_layout(run, g, facts) -> Layout:
-    """The run's own layout, as its traces show it (replay/dims.py)."""
-    from .parallelism import layout as _layout
+def source_layout(run, g, facts):
+    """(the run's own layout, as its traces show it; dims' TraceLayout, whose evidence says how)."""
+    from .dims import trace_layout
 
-    lay = _layout(run)
-    par = (run.run_manifest().get("parallel") or {}) if lay else {}
-    if not lay:
-        from .checks import ScenarioError
-
-        raise ScenarioError("[parallelism]: the run's layout is unknown")
-    sched = "gpipe" if "gpipe" in str(par.get("layout", "")) else "1f1b"
-    return Layout(int(lay["dp"]), int(lay["tp"]), int(lay["pp"]), int(lay.get("micro_batches") or 1), sched,
-                  str(par.get("sharding") or "none"))
+    tl = trace_layout(run, g, facts.coll_act)
+    return Layout(tl.dp, tl.tp, tl.pp, tl.micro_batches, tl.schedule or "1f1b", tl.sharding), tl
 
 
-def _dp_buckets(g, facts, src: Layout) -> list:
-    """The bytes of the data-parallel all-reduces a step of the run's first rank calls (DDP's buckets), in order;
-    [] when the run has none (sharded, or one replica)."""
+def _dp_buckets(g, tl, coll_act, src: Layout) -> list:
+    """The bytes of the data-parallel all-reduces the run's first rank calls in its first profiled step (DDP's
+    buckets), in order; [] when the run has none (sharded, or one replica)."""
+    from .dims import coll_dims
+
     c = g.colls
     if src.dp <= 1 or src.sharding != "none" or not len(c):
         return []
     first = min(g.ranks)
-    mine = (c.op.astype(str).to_numpy() == "all_reduce") & ~facts.coll_act & c.bytes.notna().to_numpy()
-    mine &= np.array([first in set(x) for x in c.present_ranks], bool)
+    mine = (c.op.astype(str).to_numpy() == "all_reduce") & (coll_dims(g, tl, coll_act) == "dp")
+    mine &= c.bytes.notna().to_numpy() & np.array([first in set(x) for x in c.present_ranks], bool)
     steps = g.steps[(g.steps["rank"] == first) & ~g.steps["is_last"].astype(bool)]
     if not mine.any() or steps.empty:
         return []
     s0, s1 = int(steps.ts_ns.iloc[0]), int(steps.end_ns.iloc[0])
     at = c.first_arrival_ns.to_numpy(np.int64)
-    one = mine & (at >= s0) & (at < s1)
-    return c.bytes[one].astype(float).tolist()
+    return c.bytes[mine & (at >= s0) & (at < s1)].astype(float).tolist()
 
 
 def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, batch_scale: float, where: str):
@@ -417,7 +412,7 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     from .links import INTER, _of
     from .structure import structure
 
-    src = source_layout(run, g, facts)
+    src, tl = source_layout(run, g, facts)
     st = structure(run, g, facts, src.micro_batches)
     new = target(par, src, src.world, st, where)
     hosts = max(1, run.sql("SELECT count(DISTINCT coalesce(hostname, CAST(rank AS VARCHAR))) AS n FROM ranks").n.iloc[0])
@@ -429,8 +424,10 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
                           "FROM ranks").b.iloc[0] or "nccl")
     measured = Costs(prm, rph_src, backend).with_run(run, g)
     costs = replace(measured, ranks_per_host=int(gpus_per_node or rph_src))
-    w = work(st, src, _dp_buckets(g, facts, src))
+    w = work(st, src, _dp_buckets(g, tl, facts.coll_act, src))
     base = step_ns(st, w, src, src, measured, batch_scale)
     parts = step_ns(st, w, new, src, costs, batch_scale)
     ratio = parts["step_ns"] / base["step_ns"] if base["step_ns"] > 0 else 1.0
-    return ratio, notes_for(src, new, st, w, parts, base, costs), new
+    notes = notes_for(src, new, st, w, parts, base, costs) + [f"the run's layout from its traces: {e}"
+                                                              for e in tl.evidence]
+    return ratio, notes, new

@@ -177,7 +177,8 @@ def test_cli_whatif_simplest_file_as_written(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("[network]\nbandwith_scale = 4.0\n", "[network] bandwith_scale"),
     ("[network]\nbandwidth_scale = -1\n", "bandwidth_scale"),
-    ("[parallelism]\ntp = 2\n", "[parallelism] tp/pp: the trace has no layer"),
+    ("[parallelism]\ntp = 3\n", "[parallelism] tp x pp = 3 does not divide the run's 2 ranks"),
+    ("[parallelism]\nschedule = \"zb\"\n", "[parallelism] schedule"),
     ("[parallelism]\ndp = 100000000\n", "[parallelism] dp: must be at most 1,048,576"),  # refused at load
     ("[network\n", "s.toml"),
 ])

@@ -1,0 +1,148 @@
+"""Re-layout what-ifs against runs recorded under the new layout: docs/whatif.md's "Another layout" table.
+
+    scripts/record_layout_runs.sh runs/layouts          # on a quiet machine, as root (the testbed)
+    python bench/whatif_relayout.py --runs runs/layouts [--write-docs]
+
+Runs are named <layout>_<R>r_<H>hosts_<rate>mbit. The layouts of issue "New parallelism from the traces alone":
+DP (ddp), FSDP (fsdp), TP (tp) and PP (pp_gpipe, pp_1f1b) on 2 ranks, FSDP x TP (fsdp_tp) and DP x PP (dp_pp) on 4.
+At each link rate, every ordered pair (a, b) of different layouts: run a, its run.json hidden (the traces alone:
+the source is a folder of links to its trace files), re-laid out as b's degrees, micro-batches, schedule and
+sharding ([parallelism]), with b's ranks a host ([network] gpus_per_node) and the NICs' rate a user knows
+([network] nic_bandwidth_gbps), predicts run b's step (the slowest rank's median step, measured). Targets: every
+pair within 10%, the median within 5%. Prints the whole matrix, worst pair included.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from _common import write_md_block  # noqa: E402
+
+_NAME = re.compile(r"^(?P<layout>[a-z0-9_]+?)_(?P<ranks>\d+)r_(?P<hosts>\d+)hosts_(?P<rate>\d+)mbit$")
+# the layouts the issue names, as [parallelism] keys
+LAYOUTS = {
+    "ddp": dict(dp=2, tp=1, pp=1, micro_batches=1, sharding="none"),
+    "fsdp": dict(dp=2, tp=1, pp=1, micro_batches=1, sharding="fsdp"),
+    "tp": dict(dp=1, tp=2, pp=1, micro_batches=1, sharding="none"),
+    "pp_gpipe": dict(dp=1, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="none"),
+    "pp_1f1b": dict(dp=1, tp=1, pp=2, micro_batches=4, schedule="1f1b", sharding="none"),
+    "fsdp_tp": dict(dp=2, tp=2, pp=1, micro_batches=1, sharding="fsdp"),
+    "dp_pp": dict(dp=2, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="none"),
+}
+RANKS = {"ddp": 2, "fsdp": 2, "tp": 2, "pp_gpipe": 2, "pp_1f1b": 2, "fsdp_tp": 4, "dp_pp": 4}
+
+
+def runs(root: Path) -> dict[str, dict]:
+    out = {}
+    for p in sorted(root.iterdir()) if root.is_dir() else []:
+        m = _NAME.match(p.name)
+        if m and m["layout"] in LAYOUTS and int(m["ranks"]) == RANKS[m["layout"]] and (p / "run.json").exists():
+            out[p.name] = {"path": p, "layout": m["layout"], "hosts": int(m["hosts"]), "rate": int(m["rate"]),
+                           "ranks": int(m["ranks"])}
+    return out
+
+
+def pairs(found: dict) -> list[tuple[str, str]]:
+    """Every ordered pair of different layouts recorded at the same rate."""
+    return [(a, b) for a, ra in found.items() for b, rb in found.items()
+            if ra["rate"] == rb["rate"] and ra["layout"] != rb["layout"]]
+
+
+def traces_only(run_dir: Path, tmp: Path) -> Path:
+    """A folder holding links to run_dir's trace and flight-recorder files, without its run.json."""
+    out = tmp / run_dir.name
+    out.mkdir()
+    for f in run_dir.iterdir():
+        if f.name != "run.json" and f.is_file():
+            (out / f.name).symlink_to(f.resolve())
+    return out
+
+
+def measured_step_ns(path: Path, tmp: Path) -> float:
+    import tracekit
+
+    run = tracekit.open(str(path), store=str(tmp / f"m_{path.name}"))
+    s = run.sql("SELECT rank, median(dur_ns) AS d FROM steps WHERE NOT is_last GROUP BY rank")
+    return float(s.d.max())
+
+
+def validate(found: dict, tmp: Path) -> list[dict]:
+    import tracekit
+    from replay.scenario import scenario_from_dict
+    from replay.whatif import whatif
+
+    rows = []
+    by_src: dict[str, list[str]] = {}
+    for a, b in pairs(found):
+        by_src.setdefault(a, []).append(b)
+    truth = {n: measured_step_ns(r["path"], tmp) for n, r in found.items()}
+    for a, targets in by_src.items():
+        ra = found[a]
+        run = tracekit.open(str(traces_only(ra["path"], tmp)), store=str(tmp / f"s_{a}"))
+        scens = [scenario_from_dict({"name": b, "parallelism": LAYOUTS[found[b]["layout"]],
+                                     "network": {"gpus_per_node": found[b]["ranks"] // found[b]["hosts"],
+                                                 "nic_bandwidth_gbps": ra["rate"] / 8e3}}, b) for b in targets]
+        t0 = time.perf_counter()
+        table = whatif(run, scens).set_index("scenario")
+        took = time.perf_counter() - t0
+        for b in targets:
+            pred = float(table.loc[b, "predicted_step_ns"])
+            rows.append({"from": a, "to": b, "rate": ra["rate"], "measured_ms": truth[b] / 1e6,
+                         "source_ms": truth[a] / 1e6, "predicted_ms": pred / 1e6,
+                         "err_pct": 100 * (pred - truth[b]) / truth[b], "whatif_s": took / len(targets)})
+        print(f"{a}: {len(targets)} targets in {took:.1f} s", file=sys.stderr)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    errs = [abs(r["err_pct"]) for r in rows]
+    out = [f"{len(rows)} ordered pairs: median |error| {statistics.median(errs):.1f}%, worst {max(errs):.1f}%, "
+           f"{sum(e <= 10 for e in errs)}/{len(rows)} within 10% (targets: all within 10%, median 5%).", "",
+           "| from (traces only) | to | measured (ms) | predicted (ms) | error |", "| --- | --- | --- | --- | --- |"]
+    for r in sorted(rows, key=lambda r: (r["rate"], r["from"], r["to"])):
+        out.append(f"| `{r['from']}` | `{r['to']}` | {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | "
+                   f"{r['err_pct']:+.1f}% |")
+    worst = max(rows, key=lambda r: abs(r["err_pct"]))
+    out += ["", f"Worst: `{worst['from']}` -> `{worst['to']}` {worst['err_pct']:+.1f}%."]
+    by = {}
+    for r in rows:
+        by.setdefault(found_layout(r["to"]), []).append(abs(r["err_pct"]))
+    out += ["", "| to layout | pairs | median | worst |", "| --- | --- | --- | --- |"]
+    for k, v in sorted(by.items()):
+        out.append(f"| {k} | {len(v)} | {statistics.median(v):.1f}% | {max(v):.1f}% |")
+    return "\n".join(out)
+
+
+def found_layout(name: str) -> str:
+    return _NAME.match(name)["layout"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=REPO / "runs" / "layouts")
+    ap.add_argument("--rates", type=int, nargs="*", help="only these link rates (Mbit/s)")
+    ap.add_argument("--write-docs", action="store_true", help="write the table into docs/whatif.md")
+    args = ap.parse_args()
+    found = runs(args.runs)
+    if args.rates:
+        found = {k: v for k, v in found.items() if v["rate"] in args.rates}
+    if not found:
+        sys.exit(f"no layout runs under {args.runs}: record them with scripts/record_layout_runs.sh")
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = validate(found, Path(tmp))
+    text = markdown(rows)
+    print(text)
+    if args.write_docs:
+        write_md_block(str(REPO / "docs" / "whatif.md"), "relayout-matrix", text)
+
+
+if __name__ == "__main__":
+    main()
