@@ -27,6 +27,9 @@ sys.path.insert(0, str(REPO))
 from _common import write_md_block  # noqa: E402
 
 _NAME = re.compile(r"^(?P<layout>[a-z0-9_]+?)_(?P<ranks>\d+)r_(?P<hosts>\d+)hosts_(?P<rate>\d+)mbit$")
+# scripts/record_memory_runs.sh: <layout>_b<batch>_ckpt_<none|full>, 2 ranks on 2 hosts at 400 Mbit/s, [memory] events
+_MEMORY_NAME = re.compile(r"^(?P<layout>ddp|fsdp|tp)_b(?P<batch>\d+)_ckpt_(?P<ckpt>none|full)$")
+MEMORY_RATE_MBIT = 400
 # the layouts the issue names, as [parallelism] keys
 LAYOUTS = {
     "ddp": dict(dp=2, tp=1, pp=1, micro_batches=1, sharding="none"),
@@ -38,6 +41,17 @@ LAYOUTS = {
     "dp_pp": dict(dp=2, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="none"),
 }
 RANKS = {"ddp": 2, "fsdp": 2, "tp": 2, "pp_gpipe": 2, "pp_1f1b": 2, "fsdp_tp": 4, "dp_pp": 4}
+
+
+def memory_runs(root: Path) -> dict[str, dict]:
+    """The memory recordings: pairs at the same batch and checkpointing (the rate key), with [memory] events."""
+    out = {}
+    for p in sorted(root.iterdir()) if root and root.is_dir() else []:
+        m = _MEMORY_NAME.match(p.name)
+        if m and (p / "run.json").exists():
+            out[p.name] = {"path": p, "layout": m["layout"], "hosts": 2, "ranks": 2, "rate": MEMORY_RATE_MBIT,
+                           "group": f"b{m['batch']}_{m['ckpt']}"}
+    return out
 
 
 def runs(root: Path) -> dict[str, dict]:
@@ -53,7 +67,7 @@ def runs(root: Path) -> dict[str, dict]:
 def pairs(found: dict) -> list[tuple[str, str]]:
     """Every ordered pair of different layouts recorded at the same rate."""
     return [(a, b) for a, ra in found.items() for b, rb in found.items()
-            if ra["rate"] == rb["rate"] and ra["layout"] != rb["layout"]]
+            if ra["rate"] == rb["rate"] and ra.get("group") == rb.get("group") and ra["layout"] != rb["layout"]]
 
 
 def traces_only(run_dir: Path, tmp: Path) -> Path:
@@ -66,12 +80,15 @@ def traces_only(run_dir: Path, tmp: Path) -> Path:
     return out
 
 
-def measured_step_ns(path: Path, tmp: Path) -> float:
+def measured(path: Path, tmp: Path) -> tuple[float, float | None]:
+    """(the run's step: its slowest rank's median, ns; its peak of allocated memory, the largest rank's, or None)."""
     import tracekit
+    from analyses.memory import memory_peak
 
     run = tracekit.open(str(path), store=str(tmp / f"m_{path.name}"))
     s = run.sql("SELECT rank, median(dur_ns) AS d FROM steps WHERE NOT is_last GROUP BY rank")
-    return float(s.d.max())
+    mp = memory_peak(run)
+    return float(s.d.max()), (float(mp.peak_allocated_bytes.max()) if len(mp) else None)
 
 
 def validate(found: dict, tmp: Path) -> list[dict]:
@@ -83,7 +100,7 @@ def validate(found: dict, tmp: Path) -> list[dict]:
     by_src: dict[str, list[str]] = {}
     for a, b in pairs(found):
         by_src.setdefault(a, []).append(b)
-    truth = {n: measured_step_ns(r["path"], tmp) for n, r in found.items()}
+    truth = {n: measured(r["path"], tmp) for n, r in found.items()}
     for a, targets in by_src.items():
         ra = found[a]
         run = tracekit.open(str(traces_only(ra["path"], tmp)), store=str(tmp / f"s_{a}"))
@@ -95,21 +112,31 @@ def validate(found: dict, tmp: Path) -> list[dict]:
         took = time.perf_counter() - t0
         for b in targets:
             pred = float(table.loc[b, "predicted_step_ns"])
-            rows.append({"from": a, "to": b, "rate": ra["rate"], "measured_ms": truth[b] / 1e6,
-                         "source_ms": truth[a] / 1e6, "predicted_ms": pred / 1e6,
-                         "err_pct": 100 * (pred - truth[b]) / truth[b], "whatif_s": took / len(targets)})
+            peak = table.loc[b, "predicted_peak_alloc_bytes"]
+            step_b, peak_b = truth[b]
+            rows.append({"from": a, "to": b, "rate": ra["rate"], "measured_ms": step_b / 1e6,
+                         "source_ms": truth[a][0] / 1e6, "predicted_ms": pred / 1e6,
+                         "err_pct": 100 * (pred - step_b) / step_b, "whatif_s": took / len(targets),
+                         "peak_err_pct": (100 * (float(peak) - peak_b) / peak_b
+                                          if peak_b and peak is not None and peak == peak else None)})
         print(f"{a}: {len(targets)} targets in {took:.1f} s", file=sys.stderr)
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     errs = [abs(r["err_pct"]) for r in rows]
-    out = [f"{len(rows)} ordered pairs: median |error| {statistics.median(errs):.1f}%, worst {max(errs):.1f}%, "
-           f"{sum(e <= 10 for e in errs)}/{len(rows)} within 10% (targets: all within 10%, median 5%).", "",
-           "| from (traces only) | to | measured (ms) | predicted (ms) | error |", "| --- | --- | --- | --- | --- |"]
+    peaks = [abs(r["peak_err_pct"]) for r in rows if r.get("peak_err_pct") is not None]
+    out = [f"{len(rows)} ordered pairs: step median |error| {statistics.median(errs):.1f}%, worst {max(errs):.1f}%, "
+           f"{sum(e <= 10 for e in errs)}/{len(rows)} within 10% (targets: all within 10%, median 5%)."]
+    if peaks:
+        out[0] += (f" Peak memory ({len(peaks)} pairs with [memory] events): median {statistics.median(peaks):.1f}%, "
+                   f"worst {max(peaks):.1f}%, {sum(e <= 10 for e in peaks)}/{len(peaks)} within 10%.")
+    out += ["", "| from (traces only) | to | measured (ms) | predicted (ms) | error | peak error |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (r["rate"], r["from"], r["to"])):
+        pk = "" if r.get("peak_err_pct") is None else f"{r['peak_err_pct']:+.1f}%"
         out.append(f"| `{r['from']}` | `{r['to']}` | {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | "
-                   f"{r['err_pct']:+.1f}% |")
+                   f"{r['err_pct']:+.1f}% | {pk} |")
     worst = max(rows, key=lambda r: abs(r["err_pct"]))
     out += ["", f"Worst: `{worst['from']}` -> `{worst['to']}` {worst['err_pct']:+.1f}%."]
     by = {}
@@ -122,18 +149,54 @@ def markdown(rows: list[dict]) -> str:
 
 
 def found_layout(name: str) -> str:
-    return _NAME.match(name)["layout"]
+    return (_NAME.match(name) or _MEMORY_NAME.match(name))["layout"]
+
+
+MEGATRON = Path("../shared/traces/astra-sim/megatron_tp8")
+MEGATRON_LAYOUTS = {"TP8 -> TP4 x DP2": {"tp": 4, "dp": 2},
+                    "TP8 -> TP4 x PP2 (4 micro-batches, 1F1B)": {"tp": 4, "pp": 2, "micro_batches": 4}}
+
+
+def megatron(tmp: Path) -> str:
+    """The shared Megatron TP8 job re-laid out (no ground truth exists): each what-if's prediction and wall time."""
+    import tracekit
+    from replay.scenario import scenario_from_dict
+    from replay.whatif import whatif
+
+    path = (REPO / MEGATRON).resolve()
+    if not path.is_dir():
+        return f"(no {MEGATRON}: skipped)"
+    run = tracekit.open(str(path), store=str(tmp / "megatron"))
+    out = ["| what-if | measured step (ms) | predicted (ms) | change | what-if wall time (s) |",
+           "| --- | --- | --- | --- | --- |"]
+    for name, par in MEGATRON_LAYOUTS.items():
+        t0 = time.perf_counter()
+        row = whatif(run, [scenario_from_dict({"name": "x", "parallelism": par}, "x")]).iloc[1]
+        took = time.perf_counter() - t0
+        out.append(f"| {name} | {row.measured_step_ns / 1e6:.1f} | {row.predicted_step_ns / 1e6:.1f} | "
+                   f"{row.change_pct:+.1f}% | {took:.1f} |")
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=REPO / "runs" / "layouts")
     ap.add_argument("--rates", type=int, nargs="*", help="only these link rates (Mbit/s)")
+    ap.add_argument("--memory-runs", type=Path, help="scripts/record_memory_runs.sh's recordings (peaks too)")
+    ap.add_argument("--megatron", action="store_true", help="only the shared Megatron TP8 what-ifs and their time")
     ap.add_argument("--write-docs", action="store_true", help="write the table into docs/whatif.md")
     args = ap.parse_args()
+    if args.megatron:
+        with tempfile.TemporaryDirectory() as tmp:
+            text = megatron(Path(tmp))
+        print(text)
+        if args.write_docs:
+            write_md_block(str(REPO / "docs" / "whatif.md"), "relayout-megatron", text)
+        return
     found = runs(args.runs)
     if args.rates:
         found = {k: v for k, v in found.items() if v["rate"] in args.rates}
+    found.update(memory_runs(args.memory_runs))
     if not found:
         sys.exit(f"no layout runs under {args.runs}: record them with scripts/record_layout_runs.sh")
     with tempfile.TemporaryDirectory() as tmp:

@@ -254,7 +254,10 @@ def _blocks(g, facts: OpFacts) -> None:
         fwd_all = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD))
         # every step's blocks are marked (the peak may be in the last); the times are the whole steps' only
         seqs = []
-        for s0, s1, last in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64), st.is_last.astype(bool)):
+        lasts = st.is_last.astype(bool).to_numpy()
+        if lasts.all():  # one profiled step (a trace of a single ProfilerStep): it is the whole step there is
+            lasts = np.zeros(len(st), bool)
+        for s0, s1, last in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64), lasts):
             idx = fwd_all[(g.start_ns[fwd_all] >= s0) & (g.start_ns[fwd_all] < s1)]
             idx = idx[np.argsort(g.start_ns[idx], kind="stable")]
             _, first = np.unique(g.event_id[idx], return_index=True)  # one entry per event (its first piece)

@@ -46,6 +46,7 @@ class ModelInfo:
     edge_from_end: np.ndarray | None = None  # per edge, released at its source's end (None: the graph's)
     reconfigurations: int | None = None  # optical circuit reconfigurations (None: no [optical])
     step_scale: float | None = None  # what a re-layout multiplies every replayed step by (replay/relayout.py)
+    relayout: object | None = None  # relayout.Plan: the re-layout the parallelism step decided
     hardware: RetimedOps | None = None  # the GPU ops [hardware] re-timed
     memory: object | None = None  # memory.OpFacts: what [batch] and [memory] read of the run's ops
 
@@ -134,7 +135,7 @@ def parallelism_step(g, sc: Scenario, run, st: ModelState) -> None:
         facts = st.info.memory if st.info.memory is not None else memory.op_facts(run, g)
         st.info.memory = facts
         _, fitted, nominal = fit_links(g, sc, run, st)
-        st.info.step_scale, more, _ = relayout.step_scale(
+        st.info.step_scale, more, st.info.relayout = relayout.step_scale(
             run, g, facts, par, scenario_link_params(g, sc, fitted), nominal, sc.network.gpus_per_node,
             sc.batch.scale, sc.where)
         st.notes += more

@@ -71,9 +71,9 @@ class Costs:
     params: object  # replay.links.LinkParams
     ranks_per_host: int
     backend: str = "nccl"
-    # op -> what the run's lone collectives of that op took from the last arrival to the last rank's end, over what
-    # the links give them (an op's algorithm as the backend runs it: gloo's all-gather ends ~1.45x later on its
-    # slower rank); ops the run has none of: 1
+    # (op, link class) -> what the run's lone collectives of that op on that class of link took (the shortest
+    # participant), over what the links give them (an op's algorithm as the backend runs it: gloo's all-gather
+    # takes ~1.4x a ring's time); what the run has none of: 1
     op_factor: dict = field(default_factory=dict)
 
     @property
@@ -88,11 +88,14 @@ class Costs:
         from .costs import flat_coefficients
         from .links import INTER, INTRA, _of
 
-        hosts = len({(k * stride) // self.ranks_per_host for k in range(group)})
+        rph = self.ranks_per_host
+        hosts = len({(k * stride) // rph for k in range(group)})
         c = INTER if hosts > 1 else INTRA
+        # the groups of this dimension that a host's ranks belong to run their collective at once: they share its NIC
+        sharing = len({r % stride for r in range(rph)}) if c == INTER and stride > 1 else 1
         a, f = flat_coefficients(np.array([op], object), np.array([float(group)]), "ring")
-        lone = a[0] * self.params.step_ns(c) + f[0] * nbytes / _of(self.params.capacity, c)
-        return float(lone * self.op_factor.get(op, 1.0))
+        lone = a[0] * self.params.step_ns(c) + f[0] * nbytes * sharing / _of(self.params.capacity, c)
+        return float(lone * self.op_factor.get((op, c), 1.0))
 
     def with_run(self, run, g) -> "Costs":
         """These costs with op_factor measured on the run's collectives that had the links to themselves: per op,
@@ -123,14 +126,27 @@ class Costs:
         took = (part.end - part.start).groupby(part.row).min()
         factors = {}
         base = replace(self, op_factor={})
-        for op in pd.unique(c.op.astype(str)):
-            rows = [i for i in took.index if lone[i] and str(c.op.iat[i]) == op and pd.notna(c.bytes.iat[i])]
-            model = np.array([base.ns(op, float(c.bytes.iat[i]), int(c.group_size.iat[i]),
-                                      self.ranks_per_host if (c.n_hosts.iat[i] or 1) > 1 else 1) for i in rows])
-            ok = model > 0
-            if ok.any():
-                factors[op] = float(np.median(took[rows].to_numpy(float)[ok] / model[ok]))
+        from .links import INTER, INTRA
+
+        rows = [i for i in took.index if lone[i] and pd.notna(c.bytes.iat[i])]
+        if not rows:
+            return self
+        multi = np.array([(c.n_hosts.iat[i] if pd.notna(c.n_hosts.iat[i]) else 1) > 1 for i in rows])
+        key = [(str(c.op.iat[i]), INTER if m else INTRA) for i, m in zip(rows, multi)]
+        model = np.array([base.ns(op, float(c.bytes.iat[i]), int(c.group_size.iat[i]), _stride(c.ranks.iat[i]))
+                          for (op, _), i in zip(key, rows)])
+        t = took[rows].to_numpy(float)
+        for k in set(key):
+            sel = np.array([x == k for x in key]) & (model > 0)
+            if sel.any():
+                factors[k] = float(np.median(t[sel] / model[sel]))
         return replace(self, op_factor=factors)
+
+
+def _stride(ranks) -> int:
+    """The distance between a group's consecutive ranks (1 for a group of one)."""
+    r = sorted(int(x) for x in ranks)
+    return r[1] - r[0] if len(r) > 1 else 1
 
 
 @dataclass
@@ -148,6 +164,10 @@ class Work:
     call_ns: float  # CPU time of a collective call
     model_bytes: float  # the model's parameters
     buckets: list  # the data-parallel all-reduce's bucket shares (empty: DDP's defaults)
+
+    @property
+    def has_backward(self) -> bool:
+        return bool(self.block[1].sum() + self.pre[1].sum() + self.post[1].sum() > 0)
 
 
 def work(st: Structure, src: Layout, dp_bucket_bytes: list) -> Work:
@@ -222,7 +242,9 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
 
         span = pipeline_makespan(f, b, int(round(p2p)), lay.micro_batches, lay.schedule)
         parts["compute_comm_ns"] = span
-        parts["dp_exposed_ns"] = _dp_exposed(w, lay, b[-1] if lay.pp else 0.0, grads, costs, strides["dp"])
+        # a trace without a backward (a forward profiled alone) syncs no gradients
+        parts["dp_exposed_ns"] = (_dp_exposed(w, lay, b[-1] if lay.pp else 0.0, grads, costs, strides["dp"])
+                                  if w.has_backward else 0.0)
     parts["step_ns"] = sum(parts.values())
     return parts
 
@@ -369,12 +391,15 @@ def notes_for(src: Layout, new: Layout, st: Structure, w: Work, parts: dict, bas
     if new.tp > 1 and src.tp == 1:
         out.append("tensor parallelism from a run without it: one all-reduce per row-parallel linear (forward) and "
                    "per column-parallel linear (backward), no DTensor glue (the run has none to measure)")
+    if not w.has_backward:
+        out.append("the trace holds no backward (a forward profiled alone): the forward's time is re-laid out, no "
+                   "gradient is synchronised")
     if new.world != src.world:
         out.append(f"world {src.world} -> {new.world} ranks, {costs.ranks_per_host} a host")
     if costs.op_factor:
         out.append("collective ops as the run's lone ones ran them, x the links' time: "
-                   + ", ".join(f"{k} {v:.2f}" for k, v in sorted(costs.op_factor.items())))
-    if new.sharding in ("fsdp", "zero1", "zero2") and "all_gather" not in costs.op_factor:
+                   + ", ".join(f"{op} on {c} {v:.2f}" for (op, c), v in sorted(costs.op_factor.items())))
+    if new.sharding in ("fsdp", "zero1", "zero2") and not any(op == "all_gather" for op, _ in costs.op_factor):
         out.append("the run has no all-gather to measure: its all-gathers cost what the links give a ring")
     return out
 
@@ -430,4 +455,74 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     ratio = parts["step_ns"] / base["step_ns"] if base["step_ns"] > 0 else 1.0
     notes = notes_for(src, new, st, w, parts, base, costs) + [f"the run's layout from its traces: {e}"
                                                               for e in tl.evidence]
-    return ratio, notes, new
+    return ratio, notes, Plan(src, new, st, w, batch_scale)
+
+
+# Korthikanti et al. 2022 ("Reducing Activation Recomputation"): of a transformer layer's 34 s.b.h activation bytes
+# (16-bit, attention scores aside), 24 are inside the tensor-parallel regions and divide by t, 10 do not
+TP_SPLIT_ACTIVATIONS = 24 / 34
+
+
+def _in_flight(lay: Layout, stage: int) -> int:
+    """Micro-batches whose activations a stage holds at once: all of them under GPipe, P - s under 1F1B (at most
+    m), one without a pipeline (each micro-batch's backward frees its activations before the next forward)."""
+    if lay.pp <= 1:
+        return 1
+    return lay.micro_batches if lay.schedule == "gpipe" else min(lay.pp - stage, lay.micro_batches)
+
+
+def _held(w: Work, lay: Layout, what: str) -> float:
+    """Bytes of parameters / gradients / optimizer state (Adam's two moments) a rank of lay holds at rest."""
+    per = w.model_bytes / (lay.tp * lay.pp)
+    shard = {"parameters": ("fsdp",), "gradients": ("zero2", "fsdp"), "optimizer_state": ("zero1", "zero2", "fsdp")}
+    return per / (lay.dp if lay.sharding in shard[what] else 1)
+
+
+def predict_peak(run, plan: "Plan") -> pd.DataFrame:
+    """Per rank of the run (its device that can run out: analyses.memory.memory_limiting_devices), the measured peak
+    and the new layout's predicted peak (the fullest stage of it): memory_breakdown's categories at the rank's peak,
+    each re-sized for the new layout -- parameters, gradients and optimizer state by the bytes a rank holds (the
+    model's / (tp x pp), / dp where sharded), activations by a micro-batch's tokens, the micro-batches in flight
+    (_in_flight), the blocks a stage holds and tensor parallelism's split of them (TP_SPLIT_ACTIVATIONS);
+    communication buffers and other as measured. Empty without [memory] events."""
+    from analyses.memory import memory_breakdown, memory_limiting_devices, memory_peak
+
+    mp = memory_peak(run)
+    if not len(mp):
+        return pd.DataFrame(columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
+                                     "predicted_peak_alloc_bytes"])
+    top = (memory_limiting_devices(mp).sort_values("peak_allocated_bytes", kind="stable").groupby("rank").tail(1)
+           .sort_values("rank"))
+    bd = memory_breakdown(run)
+    src, new, st, w = plan.src, plan.new, plan.structure, plan.work
+    tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
+    split = TP_SPLIT_ACTIVATIONS
+    tp_f = ((1 - split) + split * src.tp / new.tp)
+    bounds = np.linspace(0, w.blocks, new.pp + 1).round().astype(int)
+    rows = []
+    for r, dt, di, peak in zip(top["rank"], top.device_type, top.device_id, top.peak_allocated_bytes):
+        cat = bd[(bd["rank"] == r) & (bd.device_type == dt) & (bd.device_id == di)].set_index("category").bytes_at_peak
+        mine = st.ranks.get(int(r))
+        blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
+        stage_src = 0  # the source rank's in-flight micro-batches: its pipeline's fullest stage's
+        fixed = float(cat.get("communication_buffers", 0) + cat.get("other", 0))
+        state = sum(float(cat.get(c, 0)) * _held(w, new, c) / max(_held(w, src, c), 1.0)
+                    for c in ("parameters", "gradients", "optimizer_state"))
+        best = 0.0
+        for s in range(new.pp):
+            act = (float(cat.get("activations", 0)) * (tokens / w.tokens) * tp_f
+                   * _in_flight(new, s) / _in_flight(src, stage_src) * (bounds[s + 1] - bounds[s]) / blocks_src)
+            best = max(best, fixed + state + act)
+        rows.append((int(r), int(dt), int(di), int(peak), int(round(best))))
+    return pd.DataFrame(rows, columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
+                                       "predicted_peak_alloc_bytes"])
+
+
+@dataclass
+class Plan:
+    """A re-layout as the what-if decided it: the run's layout and the new one, what the trace showed, the work."""
+    src: Layout
+    new: Layout
+    structure: Structure
+    work: Work
+    batch_scale: float = 1.0

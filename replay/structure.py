@@ -31,12 +31,15 @@ from analyses import depgraph as _graph
 
 from .memory import BACKWARD, BACKWARD_PREFIX, FORWARD, OPTIMIZER, OpFacts
 
-NORMS = ("aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm", "aten::group_norm")
-LINEARS = ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul")
+NORMS = ("aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm", "aten::group_norm",
+         "FusedLayerNormAffineFunction", "MixedFusedLayerNorm", "FusedRMSNormAffineFunction")  # Megatron's last
+# Megatron's column- and row-parallel linears run as LinearWithGradAccumulationAndAsyncCommunication
+LINEARS = ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "LinearWithGradAccumulationAndAsyncCommunication")
 # what mixes a column-parallel split before its row-parallel linear: attention, activations
 MIXERS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
           "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
-          "aten::softmax", "aten::_softmax", "aten::gelu", "aten::silu", "aten::relu", "aten::bmm", "aten::baddbmm")
+          "aten::softmax", "aten::_softmax", "aten::gelu", "aten::silu", "aten::relu", "aten::bmm", "aten::baddbmm",
+          "ScaledUpperTriangMaskedSoftmax", "ScaledMaskedSoftmax", "FusedScaleMaskSoftmax", "GeLUFunction")
 # tensor parallelism's glue: DTensor's wrappers and redistributions, forward and backward
 TP_GLUE = ("Redistribute", "_FromTorchTensor", "_ToTorchTensor", "RedistributeBackward", "_ToTorchTensorBackward",
            "_FromTorchTensorBackward")
@@ -104,7 +107,9 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
                             "or no input shapes: profile with record_shapes=True), so there are no layers to split")
     ev = run.sql(_OPS_SQL)
     cpu = g.kind == _graph.K["cpu"]
-    steps = g.steps[~g.steps["is_last"].astype(bool)]
+    last = g.steps["is_last"].astype(bool)
+    # the profiled steps but the last (cut short by the profiler's stop); a rank's only step is whole
+    steps = g.steps[~last | ~(~last).groupby(g.steps["rank"]).transform("any")]
     in_step = np.zeros(len(g.kind), bool)
     step_of = np.full(len(g.kind), -1, np.int64)
     for r, s, s0, s1 in zip(steps["rank"], steps["step"], steps.ts_ns, steps.end_ns):
@@ -148,16 +153,26 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
             split_dims, heads = _split_dims(ev, int(r), g.event_id[ops[sp]], names[ops[sp]])
         if n_blocks >= 1 and not (colwise or rowwise):
             colwise, rowwise = int(round(cw / n_blocks)), int(round(rw / n_blocks))
-    # shapes at a block boundary: the first norm's input inside a block
-    e = ev.set_index(["rank", "event_id"])
+    # shapes at a block boundary: the first norm's input inside a block (else the block's first op reading a tensor
+    # of two or more dimensions)
+    e = ev.drop_duplicates(["rank", "event_id"]).set_index(["rank", "event_id"])
     blk_nodes = np.flatnonzero(fwd & (where == BLOCK))
-    for i in blk_nodes:
-        if names[i] in NORMS:
+    blk_nodes = blk_nodes[np.lexsort((g.start_ns[blk_nodes], g.rank[blk_nodes]))]
+    for want_norm in (True, False):
+        for i in blk_nodes:
+            if want_norm and names[i] not in NORMS:
+                continue
             row = e.loc[(int(g.rank[i]), int(g.event_id[i]))]
-            dims = json.loads(row.input_dims)[0]
-            types = json.loads(row.input_types)[0] if isinstance(row.input_types, str) else "float"
-            tokens, hidden = int(np.prod(dims[:-1])), int(dims[-1])
-            elem = ELEMENT_BYTES.get(types, 4)
+            if not isinstance(row.input_dims, str):
+                continue
+            dims = json.loads(row.input_dims)
+            if not dims or not isinstance(dims[0], list) or len(dims[0]) < 2 or isinstance(dims[0][0], list):
+                continue
+            types = json.loads(row.input_types) if isinstance(row.input_types, str) else ["float"]
+            tokens, hidden = int(np.prod(dims[0][:-1])), int(dims[0][-1])
+            elem = ELEMENT_BYTES.get(types[0] if types else "float", 4)
+            break
+        if tokens:
             break
     # the backward: each node's forward op by sequence number (the forward node holding the op with that number)
     for (r, tid), x in ev[ev.seq >= 0].groupby(["rank", "tid"], sort=False):
@@ -189,12 +204,14 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
     for r, f in facts.floor_ns.items():
         m = g.rank == r
         floor[m] = f * facts.n_ops[m]
-    floor = np.minimum(floor, g.dur_ns)
-    rest = g.dur_ns - floor
+    dur = g.dur_ns.astype(np.float64)
+    floor = np.minimum(floor, dur)
     # the thread's time between ops (Python, the framework) is the next op's, and does not follow its size
     thread = g.edge_kind == _graph.E["thread"]
     gap = np.zeros(len(g.kind))
     np.add.at(gap, g.dst[thread], np.maximum(g.lag_ns[thread], 0))
+    _gpu_work(g, facts, cpu, dur, floor, gap)
+    rest = dur - floor
     floor = floor + gap
     out = {}
     n_steps = 0
@@ -216,7 +233,7 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
         mapped = w.work[1].sum(axis=2)
         share = mapped / mapped.sum() if mapped.sum() > 0 else np.array([[0, 1], [0, 0], [0, 0]], float)[:, :2]
         w.work[1] += share[..., None] * np.array([floor[tok].sum(), rest[tok].sum()]) / k if mapped.sum() > 0 else 0
-        busy = g.dur_ns + gap
+        busy = dur + gap
         w.params_ns = float(busy[um & ~facts.act].sum()) / k
         w.optimizer_ns = float(busy[cpu & rr & in_step & (facts.phase == OPTIMIZER)].sum()) / k
         w.tp_glue_ns = float(busy[glue & rr].sum()) / k
@@ -231,6 +248,33 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
     grads = {r: b / max(micro_batches, 1) for r, b in _grad_bytes(run).items()}
     return Structure(out, _period(facts, next(iter(facts.blocks))), colwise, rowwise, tokens, hidden, elem or 4,
                      split_dims, heads, block_params * (elem or 4), params, grads, n_steps)
+
+
+def _gpu_work(g, facts: OpFacts, cpu: np.ndarray, dur: np.ndarray, floor: np.ndarray, gap: np.ndarray) -> None:
+    """On a rank with GPU kernels the step follows the device: each host op's work becomes the time of the compute
+    kernels it launched (the rank's smallest compute kernel their floor), and the host's gaps are not the step's.
+    Updates dur, floor and gap in place."""
+    if not facts.kernel_floor_ns:
+        return
+    nodes = g.nodes()
+    comp = (g.kind == _graph.K["gpu"]) & (nodes.kernel_class.to_numpy(object) != "communication")
+    launch = np.flatnonzero(g.edge_kind == _graph.E["launch"])
+    rt, k = g.src[launch], g.dst[launch]
+    keep = comp[k]
+    rt, k = rt[keep], k[keep]
+    for r in facts.kernel_floor_ns:
+        host = np.flatnonzero(cpu & (g.rank == r))
+        host = host[np.argsort(g.start_ns[host], kind="stable")]
+        mine = g.rank[rt] == r
+        at = np.searchsorted(g.start_ns[host], g.start_ns[rt[mine]], side="right") - 1
+        ok = at >= 0
+        work = np.zeros(len(host))
+        n_k = np.zeros(len(host))
+        np.add.at(work, at[ok], g.dur_ns[k[mine][ok]])
+        np.add.at(n_k, at[ok], 1)
+        dur[host] = work
+        floor[host] = np.minimum(n_k * facts.kernel_floor_ns[r], work)
+        gap[host] = 0.0
 
 
 def _weights(ev: pd.DataFrame, rank: int, event_ids: np.ndarray, names: np.ndarray) -> float:
@@ -275,6 +319,9 @@ def _split(names: np.ndarray) -> tuple[int, int, np.ndarray]:
     state, mixed = "kept", False
     cw = rw = 0
     for i, n in enumerate(names):
+        if n in LINEARS and i and names[i - 1] in LINEARS and names[i - 1] != n:
+            out[i] = True  # a wrapper's GEMM (Megatron's linear Function, then its aten::mm): the same linear
+            continue
         if n in LINEARS:
             out[i] = True
             if state == "split" and mixed:  # after an attention or activation: row-parallel, the split ends

@@ -25,6 +25,8 @@ COLUMNS = {
     "measured_exposed_comm_ns": "exposed communication per step of the measured run (the exposed_comm analysis; "
                                 "worst rank's median), ns",
     "exposed_comm_ns": "the same analysis on the replayed run, ns (a folded replay: its representative ranks')",
+    "measured_peak_alloc_bytes": "the largest rank's measured peak of allocated memory (its device with the largest "
+                                 "peak), bytes (NULL: the trace has no [memory] events)",
     "predicted_peak_alloc_bytes": "the largest rank's peak of allocated memory under the scenario (its device with the "
                                   "largest measured peak; the measured row: the measured peak), bytes (NULL: the "
                                   "trace has no [memory] events)",
@@ -136,15 +138,23 @@ def _memory_columns(run, g, sc, res, has_memory: bool) -> dict:
 
     from .specs import Scenario
 
+    empty = {"measured_peak_alloc_bytes": None, "predicted_peak_alloc_bytes": None, "device_memory_bytes": None,
+             "fits": None}
     if not has_memory:
-        return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
+        return empty
     sc = sc or Scenario()
     facts = res.info.memory if res is not None else None
     if facts is not None and res.graph is not g:  # a folded replay's facts are its representatives' graph's
         facts = memory.op_facts(run, g)
-    peaks = memory.predict_peak(run, g, facts, sc)
+    plan = res.info.relayout if res is not None else None
+    if plan is not None:  # a new layout: its state and activations re-sized (replay/relayout.py)
+        from .relayout import predict_peak
+
+        peaks = predict_peak(run, plan)
+    else:
+        peaks = memory.predict_peak(run, g, facts, sc)
     if not len(peaks):
-        return {"predicted_peak_alloc_bytes": None, "device_memory_bytes": None, "fits": None}
+        return empty
     hw = sc.hardware
     caps = memory_capacities(run, list(zip(peaks["rank"], peaks.device_id)), device=hw.gpu, devices=hw.catalog)
     rows = []  # per rank: (verdict, predicted peak, capacity)
@@ -158,7 +168,8 @@ def _memory_columns(run, g, sc, res, has_memory: bool) -> dict:
     # the rank the job is judged by: one that does not fit, else the fullest device, else the largest peak
     ok, pred, cap = max(rows, key=lambda x: (x[0] is False, x[1] / x[2] if x[2] else 0.0, x[1]))
     fits = None if any(v is None for v, _, _ in rows) else all(v for v, _, _ in rows)
-    return {"predicted_peak_alloc_bytes": int(pred), "device_memory_bytes": cap, "fits": fits, "_notes": notes[:3]}
+    return {"measured_peak_alloc_bytes": int(peaks.measured_peak_alloc_bytes.max()),
+            "predicted_peak_alloc_bytes": int(pred), "device_memory_bytes": cap, "fits": fits, "_notes": notes[:3]}
 
 
 def _safe(name: str) -> str:
