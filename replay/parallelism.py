@@ -1,7 +1,7 @@
-"""Parallelism what-ifs: a different data-parallel degree (and, with the inputs they need, tensor and
-pipeline degrees) applied to a run's graph.
+"""`[parallelism] dp` alone: a different data-parallel degree applied to a run's graph, each rank's batch kept
+(any other [parallelism] key re-lays the whole run out: replay/relayout.py).
 
-What each transform needs, and what it changes:
+What it needs, and what it changes:
 
   dp   The current layout (run.json's `parallel` block that `tracekit record` / `demo-train` write, or
        process groups whose description names data parallelism) and a communication model calibrated
@@ -11,9 +11,6 @@ What each transform needs, and what it changes:
        of the scenario applies. Per-rank work is unchanged (weak scaling: the per-rank batch is kept,
        the global batch grows by p'/p); the new ranks behave like the measured ones (they are not
        replayed separately: ranks identical up to noise are folded).
-  tp, pp, micro_batches
-       replay/pipeline.py: they need the model's layer structure (layer.<i> annotations) and run.json's
-       activation_bytes; a trace without them is refused with a message that says what is missing.
 """
 from __future__ import annotations
 

@@ -19,10 +19,15 @@ The step of a layout (`step_ns`), per pipeline stage, on the source's own work:
   on one communication stream beside the computation (the engine);
 - the optimizer follows the bytes it updates (/ dp' when sharded), gradient accumulation the gradients a rank
   holds, a micro-batch at a time; the rest of the step (data loading, ...) is kept;
-- collectives cost what the network model calibrated on the run says for their size, group and hosts (the group
-  placed tensor innermost, then pipeline, then data: ranks of a host are consecutive).
-The prediction is the run's own step (as replayed) plus step_ns(new) - step_ns(run's): what the formula misses of
-the run (waits, noise) stays as measured, and a layout changed to itself is the run.
+- a tensor subclass's dispatch (DTensor's, as the run spent it: structure) is spent by a layout whose activations
+  (tp' > 1) or parameters (tp' > 1, fsdp) are DTensors, and by no other;
+- a collective costs what the links model fitted on the run gives it alone on its links (held to the NICs' nominal
+  rate where known), times what the run's own lone collectives of that op and class of link took over that (an
+  algorithm as the backend runs it); a host's ranks in different groups of one dimension share its NIC; ranks are
+  placed tensor innermost, then pipeline, then data, ranks_per_host consecutive ones a host.
+The prediction is the run's own step (as replayed, with the scenario's other changes) x step_ns(new) /
+step_ns(run's own layout): the formula is held to the run's measured step, and a layout changed to itself is the
+run to the ns.
 """
 from __future__ import annotations
 
@@ -164,6 +169,10 @@ class Work:
     call_ns: float  # CPU time of a collective call
     model_bytes: float  # the model's parameters
     buckets: list  # the data-parallel all-reduce's bucket shares (empty: DDP's defaults)
+    # a tensor subclass's dispatch (DTensor's), ns: [phase][where] per block (where = block) or micro-batch, and the
+    # optimizer's a step; spent only by a layout whose activations (tp > 1) or parameters (tp > 1, fsdp) are DTensors
+    wrapper: np.ndarray = field(default_factory=lambda: np.zeros((2, 3)))
+    optimizer_wrapper_ns: float = 0.0
 
     @property
     def has_backward(self) -> bool:
@@ -192,9 +201,15 @@ def work(st: Structure, src: Layout, dp_bucket_bytes: list) -> Work:
     glue = np.mean([w.tp_glue_ns for w in ranks]) / n_tp if n_tp > 0 else 0.0
     calls = [w.coll_call_ns / w.n_colls for w in ranks if w.n_colls > 0]
     total = sum(dp_bucket_bytes)
+    wrap = np.zeros((2, 3))
+    wrap[:, BLOCK] = np.mean([w.wrapper[:, BLOCK] / (src.micro_batches * w.blocks) for w in ranks if w.blocks > 0],
+                             axis=0) if n else 0.0
+    for wh in (PRE, POST):
+        wrap[:, wh] = max((w.wrapper[:, wh] for w in ranks), key=lambda a: a.sum()) / src.micro_batches
+    opt_wrap = float(np.mean([w.optimizer_wrapper_ns for w in ranks])) * src.pp  # the whole model's
     return Work(blk, pre, post, blocks, float(st.tokens), float(opt), float(par),
                 float(np.mean([w.other_ns for w in ranks])), float(glue), float(np.mean(calls)) if calls else 0.0,
-                float(model_bytes), [b / total for b in dp_bucket_bytes] if total > 0 else [])
+                float(model_bytes), [b / total for b in dp_bucket_bytes] if total > 0 else [], wrap, opt_wrap)
 
 
 def _tp_colls(st: Structure, lay: Layout) -> float:
@@ -215,6 +230,8 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
         return a[:, :, 0].sum(axis=1) + a[:, 0, 1] * k + a[:, 1, 1] * k * tp_div
 
     blk, pre, post = timed(w.block), timed(w.pre), timed(w.post)
+    if lay.tp > 1:  # DTensor activations: their dispatch, as the run spent it (none from a run without it)
+        blk, pre, post = blk + w.wrapper[:, BLOCK], pre + w.wrapper[:, PRE], post + w.wrapper[:, POST]
     boundary = tokens * st.hidden * st.element_bytes
     strides = {"tp": 1, "pp": lay.tp, "dp": lay.tp * lay.pp}
     tp_ar = costs.ns("all_reduce", boundary, lay.tp, strides["tp"]) if lay.tp > 1 else 0.0
@@ -230,13 +247,13 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
     p2p = costs.ns("send", boundary, 2, strides["pp"]) + w.call_ns if lay.pp > 1 else 0.0
     grads = w.model_bytes / (lay.tp * lay.pp)
     shard = lay.dp if lay.sharding != "none" else 1
-    parts = {"optimizer_ns": w.optimizer_ns_per_byte * grads / shard,
+    dtensor_params = lay.tp > 1 or lay.sharding == "fsdp"
+    parts = {"optimizer_ns": w.optimizer_ns_per_byte * grads / shard
+             + (w.optimizer_wrapper_ns / lay.pp if dtensor_params else 0.0),
              "accumulate_ns": w.params_ns_per_byte * grads * lay.micro_batches,
              "other_ns": w.other_ns}
-    if lay.sharding == "fsdp":
-        if lay.pp > 1 or lay.micro_batches > 1:
-            raise ValueError("sharding 'fsdp' is modelled with pipeline 1 and one micro-batch")
-        parts["compute_comm_ns"] = _fsdp(st, w, lay, f[0], b[0], blk, tp_f, tp_b, pre, post, grads, costs, strides)
+    if lay.sharding == "fsdp":  # with pipeline 1 and one micro-batch (target() refuses the rest)
+        parts["compute_comm_ns"] = _fsdp(st, w, lay, blk, tp_f, tp_b, pre, post, grads, costs, strides["dp"])
     else:
         from .pipeline import pipeline_makespan
 
@@ -256,15 +273,11 @@ def _dp_exposed(w: Work, lay: Layout, last_bwd_ns: float, grads: float, costs: C
     if lay.sharding in ("zero1", "zero2"):
         return (costs.ns(costs.reduce_scatter_op, grads, lay.dp, stride) + costs.ns("all_gather", grads, lay.dp, stride)
                 + 2 * w.call_ns)
-    shares = w.buckets or _ddp_buckets(grads)
-    t = end = 0.0
-    done = 0.0
-    for sh in shares:  # ready as the backward reaches them, sent one after another
+    end = done = 0.0
+    for sh in w.buckets or _ddp_buckets(grads):  # ready as the backward reaches them, sent one after another
         done += sh
-        ready = last_bwd_ns * done
-        end = max(ready, end) + costs.ns("all_reduce", grads * sh, lay.dp, stride) + w.call_ns
-        t = end
-    return max(0.0, t - last_bwd_ns)
+        end = max(last_bwd_ns * done, end) + costs.ns("all_reduce", grads * sh, lay.dp, stride) + w.call_ns
+    return max(0.0, end - last_bwd_ns)
 
 
 def _ddp_buckets(grads: float) -> list:
@@ -278,13 +291,13 @@ def _ddp_buckets(grads: float) -> list:
     return [s / grads for s in sizes]
 
 
-def _fsdp(st, w: Work, lay: Layout, f_all, b_all, blk, tp_f, tp_b, pre, post, grads, costs, strides) -> float:
+def _fsdp(st, w: Work, lay: Layout, blk, tp_f, tp_b, pre, post, grads, costs: Costs, stride: int) -> float:
     """FSDP's step (pipeline 1, one micro-batch): the computation and one communication stream, on the engine."""
     unit_block = min(st.block_param_bytes, grads * lay.tp / max(w.blocks, 1)) / lay.tp
     root = max(grads - unit_block * w.blocks, 0.0)
     units = [root] + [unit_block] * w.blocks  # the rest of the model (its root module), then the blocks
-    ag = [costs.ns("all_gather", u, lay.dp, strides["dp"]) + w.call_ns for u in units]
-    rs = [costs.ns(costs.reduce_scatter_op, u, lay.dp, strides["dp"]) + w.call_ns for u in units]
+    ag = [costs.ns("all_gather", u, lay.dp, stride) + w.call_ns for u in units]
+    rs = [costs.ns(costs.reduce_scatter_op, u, lay.dp, stride) + w.call_ns for u in units]
     fwd = [pre[0] + post[0]] + [blk[0] + tp_f] * w.blocks
     bwd = [pre[1] + post[1]] + [blk[1] + tp_b] * w.blocks
     n_u = len(units)
@@ -330,21 +343,6 @@ def _fsdp(st, w: Work, lay: Layout, f_all, b_all, blk, tp_f, tp_b, pre, post, gr
         comm_prev = r
     e = Engine(len(durs), src, dst, np.ones(len(src), bool), np.zeros(len(src), np.int64), source=0, t0_ns=0)
     return float(e.run(np.asarray(durs, np.int64)).end_ns.max())
-
-
-def predict(st: Structure, src: Layout, new: Layout, costs: Costs, dp_bucket_bytes: list,
-            batch_scale: float = 1.0) -> tuple[float, dict, dict]:
-    """(step change ns, the new layout's parts, the source's parts)."""
-    w = work(st, src, dp_bucket_bytes)
-    a = step_ns(st, w, src, src, costs)
-    b = step_ns(st, w, new, src, costs, batch_scale)
-    return b["step_ns"] - a["step_ns"], b, a
-
-
-def same(a: Layout, b: Layout) -> bool:
-    if a.pp == 1 and b.pp == 1:
-        a, b = replace(a, schedule="1f1b"), replace(b, schedule="1f1b")
-    return a == b
 
 
 def target(par, src: Layout, world: int, st: Structure, where: str) -> Layout:
@@ -440,8 +438,8 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     src, tl = source_layout(run, g, facts)
     st = structure(run, g, facts, src.micro_batches)
     new = target(par, src, src.world, st, where)
-    hosts = max(1, run.sql("SELECT count(DISTINCT coalesce(hostname, CAST(rank AS VARCHAR))) AS n FROM ranks").n.iloc[0])
-    rph_src = max(1, src.world // int(hosts))
+    hosts = run.sql("SELECT count(DISTINCT coalesce(hostname, CAST(rank AS VARCHAR))) AS n FROM ranks").n.iloc[0]
+    rph_src = max(1, src.world // max(1, int(hosts)))
     prm = link_params
     if nominal_gbps:  # a link carries no more than its rate: a fit above it (a pipeline's sends) is held to it
         prm = replace(prm, capacity={**prm.capacity, INTER: min(_of(prm.capacity, INTER), float(nominal_gbps))})

@@ -12,12 +12,18 @@ From the dependency graph and op_facts (replay/memory.py), per rank and profiled
   (the row-parallel one, itself included) are split; norms and residual adds are not (Megatron's and DTensor's
   `ColwiseParallel` / `RowwiseParallel` plan). A column-parallel linear's input gradient and a row-parallel
   linear's output are all-reduced: one collective each, per block and micro-batch;
-- the per-op floor (op_facts: the run's own time of ops that move no data, times the ops in a node): what a node
-  takes whatever its size; the rest of its time follows its tokens (and its share of a split);
+- the per-op floor (op_facts: the run's own time of ops that move no data, times the ops in a node) and the thread's
+  gap before it (Python, the framework): what a node takes whatever its size; the rest of its time follows its
+  tokens (and its share of a split);
 - tensor-parallel glue (DTensor's Redistribute, wrappers) and collective calls: CPU time per collective;
+- a tensor subclass's dispatch: an op holding a nested op of its own name through `PythonSubclass` (DTensor's
+  aten::addmm -> PythonSubclass -> aten::addmm on the local shard) spent the difference dispatching;
+- on a GPU rank, an op's work is the compute kernels it launched (the step follows the device);
 - the optimizer (follows the parameters a rank holds) and the rest of the step (data loading, hooks: kept);
 - shapes: tokens and hidden size of a micro-batch at a block boundary (what a pipeline stage sends and a
-  tensor-parallel all-reduce carries), element bytes, the parameters' bytes (AccumulateGrad's shapes).
+  tensor-parallel all-reduce carries), element bytes, the bytes each rank's optimizer updates (analyses
+  parameter_bytes) and the gradients AccumulateGrad receives (a DTensor's global shape: the model's parameters), a
+  block's weights (its linears' and norms').
 """
 from __future__ import annotations
 
@@ -62,6 +68,9 @@ class RankWork:
     optimizer_ns: float = 0.0
     params_ns: float = 0.0  # parameter-sized work outside the optimizer (gradient accumulation, hooks)
     other_ns: float = 0.0  # the rest of the step (data loading, ...): kept
+    # a tensor subclass's dispatch (DTensor's): per [phase][where] and in the optimizer, ns a step (module docstring)
+    wrapper: np.ndarray = field(default_factory=lambda: np.zeros((2, 3)))
+    optimizer_wrapper_ns: float = 0.0
     tp_glue_ns: float = 0.0  # DTensor glue
     coll_call_ns: float = 0.0  # CPU time in collective calls
     n_colls: float = 0.0  # collectives a step calls on this rank
@@ -211,7 +220,9 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
     gap = np.zeros(len(g.kind))
     np.add.at(gap, g.dst[thread], np.maximum(g.lag_ns[thread], 0))
     _gpu_work(g, facts, cpu, dur, floor, gap)
-    rest = dur - floor
+    wrap = _wrapper_ns(g, ev, cpu)
+    wrap = np.minimum(wrap, dur - floor)
+    rest = dur - floor - wrap
     floor = floor + gap
     out = {}
     n_steps = 0
@@ -227,6 +238,7 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
                 for sp in (0, 1):
                     m = sel & rr & (where == wh) & (split == bool(sp)) & ~glue & ~call
                     w.work[ph, wh, sp] = (floor[m].sum() / k, rest[m].sum() / k)
+                w.wrapper[ph, wh] = wrap[sel & rr & (where == wh) & ~glue & ~call].sum() / k
         # backward nodes with no forward op: token work spread like the mapped ones; the rest follows the parameters
         um = unmapped & rr & ~glue & ~call
         tok = um & facts.act
@@ -235,7 +247,9 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
         w.work[1] += share[..., None] * np.array([floor[tok].sum(), rest[tok].sum()]) / k if mapped.sum() > 0 else 0
         busy = dur + gap
         w.params_ns = float(busy[um & ~facts.act].sum()) / k
-        w.optimizer_ns = float(busy[cpu & rr & in_step & (facts.phase == OPTIMIZER)].sum()) / k
+        opt = cpu & rr & in_step & (facts.phase == OPTIMIZER)
+        w.optimizer_wrapper_ns = float(wrap[opt].sum()) / k
+        w.optimizer_ns = float(busy[opt].sum()) / k - w.optimizer_wrapper_ns
         w.tp_glue_ns = float(busy[glue & rr].sum()) / k
         w.coll_call_ns = float(busy[call & rr].sum()) / k
         known = fwd | bwd | glue | call | (facts.phase == OPTIMIZER)
@@ -248,6 +262,47 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
     grads = {r: b / max(micro_batches, 1) for r, b in _grad_bytes(run).items()}
     return Structure(out, _period(facts, next(iter(facts.blocks))), colwise, rowwise, tokens, hidden, elem or 4,
                      split_dims, heads, block_params * (elem or 4), params, grads, n_steps)
+
+
+def _wrapper_ns(g, ev: pd.DataFrame, cpu: np.ndarray) -> np.ndarray:
+    """Per graph node, the time a tensor subclass's dispatch adds inside it: an op that holds a nested op of its own
+    name (DTensor's aten::addmm -> PythonSubclass -> aten::addmm on the local shard) spent its time less the nested
+    one's dispatching, not computing. A layout without the subclass (DTensor: tensor parallelism's activations, the
+    optimizer on FSDP2's or TP's parameters) does not spend it."""
+    out = np.zeros(len(g.kind))
+    x = ev[ev.name.notna()].sort_values(["rank", "tid", "ts_ns", "end_ns"], ascending=[True, True, True, False])
+    if not (x.name == "PythonSubclass").any():
+        return out
+    over = {}
+    for (r, _tid), e in x.groupby(["rank", "tid"], sort=False):
+        names, ts, end, ids = e.name.to_numpy(object), e.ts_ns.to_numpy(), e.end_ns.to_numpy(), e.event_id.to_numpy()
+        stack = []  # open events: index
+        for i in range(len(e)):
+            while stack and end[stack[-1]] <= ts[i]:
+                stack.pop()
+            # a same-named op two levels in (through the subclass's dispatch) is the wrapper's work
+            if len(stack) >= 2 and names[stack[-1]] == "PythonSubclass" and names[stack[-2]] == names[i]:
+                w = stack[-2]
+                over[(int(r), int(ids[w]))] = over.get((int(r), int(ids[w])), 0) + (end[w] - ts[w]) - (end[i] - ts[i])
+                # attribute it to the outermost open event (the graph's node holds it)
+            stack.append(i)
+    if not over:
+        return out
+    # each wrapper's overhead goes to the graph node (a top-level op) that holds it
+    s = pd.Series(over)
+    nodes = np.flatnonzero(cpu)
+    for r in np.unique(g.rank[nodes]):
+        mine = nodes[g.rank[nodes] == r]
+        mine = mine[np.argsort(g.start_ns[mine], kind="stable")]
+        if r not in s.index.get_level_values(0):
+            continue
+        sub = s.xs(r, level=0)
+        at = ev[(ev["rank"] == r) & ev.event_id.isin(sub.index)].drop_duplicates("event_id").set_index("event_id").ts_ns
+        starts = at.reindex(sub.index).to_numpy()
+        pos = np.searchsorted(g.start_ns[mine], starts, side="right") - 1
+        ok = pos >= 0
+        np.add.at(out, mine[pos[ok]], np.maximum(sub.to_numpy(float)[ok], 0))
+    return out
 
 
 def _gpu_work(g, facts: OpFacts, cpu: np.ndarray, dur: np.ndarray, floor: np.ndarray, gap: np.ndarray) -> None:
@@ -279,7 +334,7 @@ def _gpu_work(g, facts: OpFacts, cpu: np.ndarray, dur: np.ndarray, floor: np.nda
 
 def _weights(ev: pd.DataFrame, rank: int, event_ids: np.ndarray, names: np.ndarray) -> float:
     """Elements of the weights and biases the linears and norms among these ops read (their global shapes)."""
-    want = np.isin(names, LINEARS[:1] + NORMS[:1] + NORMS[2:3])
+    want = np.isin(names, ("aten::linear", "aten::layer_norm", "aten::rms_norm"))
     rows = ev[(ev["rank"] == rank) & ev.event_id.isin(event_ids[want])]
     total = 0
     for name, dims in zip(rows.name, rows.input_dims):

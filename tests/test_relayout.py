@@ -1,0 +1,79 @@
+"""Re-layouts of the bundled layout samples from their traces alone (replay/relayout.py, replay/structure.py,
+replay/dims.py): each sample's own layout is its baseline, what the trace shows of each, and the memory columns."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import replay
+import tracekit
+from analyses import depgraph
+from replay import memory, relayout
+from replay.scenario import scenario_from_dict
+from replay.structure import structure
+from replay.whatif import whatif
+
+from .conftest import REPO
+
+LAYOUTS = REPO / "sample_traces" / "layouts"
+# sample -> (dp, tp, pp, micro_batches, schedule, sharding) as recorded (its run.json, which the re-layout never reads)
+TRUTH = {
+    "fsdp_2hosts_100mbit": (2, 1, 1, 1, None, "fsdp"),
+    "tp_2hosts_100mbit": (1, 2, 1, 1, None, "none"),
+    "pp_gpipe_2hosts_100mbit": (1, 1, 2, 4, "gpipe", "none"),
+    "pp_1f1b_2hosts_100mbit": (1, 1, 2, 4, "1f1b", "none"),
+    "dp_pp_2hosts_100mbit": (2, 1, 2, 4, "gpipe", "none"),
+}
+
+
+def _traces_only(src, dst):
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "run.json" and f.is_file():
+            shutil.copy(f, dst / f.name)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    root = tmp_path_factory.mktemp("relayout")
+    return {n: tracekit.open(str(_traces_only(LAYOUTS / n, root / n)), store=str(root / f"{n}.st")) for n in TRUTH}
+
+
+@pytest.mark.parametrize("name", sorted(TRUTH))
+def test_a_samples_own_layout_is_its_baseline_and_its_trace_tells_it(samples, name):
+    run = samples[name]
+    g = depgraph.build(run)
+    facts = memory.op_facts(run, g)
+    src, _ = relayout.source_layout(run, g, facts)
+    dp, tp, pp, m, schedule, sharding = TRUTH[name]
+    assert (src.dp, src.tp, src.pp, src.micro_batches, src.sharding) == (dp, tp, pp, m, sharding)
+    if schedule:
+        assert src.schedule == schedule
+    st = structure(run, g, facts, m)
+    # the samples' 2-block transformer: 2 blocks in all, 1 a stage of a 2-stage pipeline (a stage with one block
+    # repeats only at the micro-batch: its block holds the stage's embedding or head too)
+    assert sum(w.blocks for w in st.ranks.values()) / (dp * tp) == 2
+    # q, k, v and the MLP's first linear; the attention's output and the MLP's second
+    assert (st.colwise, st.rowwise) == (4, 2)
+    own = {"dp": dp, "tp": tp, "pp": pp, "micro_batches": m, "sharding": sharding}
+    if schedule:
+        own["schedule"] = schedule
+    base = replay.run(run).summary().predicted_step_ns
+    same = replay.run(run, scenario_from_dict({"parallelism": own}, "x")).summary().predicted_step_ns
+    assert (same == base).all()
+
+
+def test_a_re_layout_reports_the_measured_and_the_predicted_peak(tmp_path):
+    run = tracekit.open(str(_traces_only(REPO / "sample_traces" / "memory" / "ddp_ckpt_none", tmp_path / "m")),
+                        store=str(tmp_path / "st"))
+    t = whatif(run, [scenario_from_dict({"name": "tp2", "parallelism": {"tp": 2}}, "tp2"),
+                     scenario_from_dict({"name": "zero1", "parallelism": {"sharding": "zero1"}}, "zero1")])
+    t = t.set_index("scenario")
+    measured = t.loc["measured", "measured_peak_alloc_bytes"]
+    assert measured == t.loc["measured", "predicted_peak_alloc_bytes"] and measured > 0
+    assert (t.loc[["tp2", "zero1"], "measured_peak_alloc_bytes"] == measured).all()
+    # zero1 shards Adam's state over the two ranks: the peak cannot grow; tensor parallelism moves it
+    assert t.loc["zero1", "predicted_peak_alloc_bytes"] <= measured
+    assert t.loc["tp2", "predicted_peak_alloc_bytes"] > 0
