@@ -76,7 +76,10 @@ def parameter_bytes(run, rank: int | None = None):
     needed): what memory_model_state splits pre-profiling bytes by, and what a re-layout re-shards."""
     check_scope(run, rank)
     _shapes_macros(run)
-    return query(run, "parameter_bytes", rank=rank)
+    df = query(run, "parameter_bytes", rank=rank)
+    return df if len(df) else with_note(df, "no parameter shapes: neither an optimizer's update nor AccumulateGrad "
+                                            "in the trace carries Input Dims (a training step profiled with "
+                                            "record_shapes=True has them)")
 
 
 def _shapes_macros(run) -> None:

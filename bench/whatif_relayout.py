@@ -145,7 +145,23 @@ def markdown(rows: list[dict]) -> str:
     out += ["", "| to layout | pairs | median | worst |", "| --- | --- | --- | --- |"]
     for k, v in sorted(by.items()):
         out.append(f"| {k} | {len(v)} | {statistics.median(v):.1f}% | {max(v):.1f}% |")
+    # the testbed's hosts are namespaces of one 2-core machine: a 4-rank run's 4 processes share its 2 cores
+    groups = {}
+    for r in rows:
+        ranks = {"2r" if _ranks(r[k]) == 2 else "4r" for k in ("from", "to")}
+        kind = "memory runs" if _MEMORY_NAME.match(r["from"]) else " <-> ".join(sorted(ranks)) if len(ranks) > 1 \
+            else f"{ranks.pop()} -> same ranks"
+        groups.setdefault((kind, r["rate"]), []).append(abs(r["err_pct"]))
+    out += ["", "| pairs | rate (Mbit/s) | pairs | median | worst | within 10% |", "| --- | --- | --- | --- | --- | --- |"]
+    for (kind, rate), v in sorted(groups.items()):
+        out.append(f"| {kind} | {rate} | {len(v)} | {statistics.median(v):.1f}% | {max(v):.1f}% | "
+                   f"{sum(e <= 10 for e in v)} |")
     return "\n".join(out)
+
+
+def _ranks(name: str) -> int:
+    m = _NAME.match(name)
+    return int(m["ranks"]) if m else 2
 
 
 def found_layout(name: str) -> str:

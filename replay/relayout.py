@@ -42,6 +42,7 @@ from .structure import BLOCK, POST, PRE, Structure
 
 PIPELINE_SCHEDULES = SCHEDULES
 SHARDINGS = ("none", "zero1", "zero2", "fsdp")
+P2P = ("send", "recv")
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 DDP_BUCKET_BYTES = 25 << 20
 
@@ -133,7 +134,9 @@ class Costs:
         base = replace(self, op_factor={})
         from .links import INTER, INTRA
 
-        rows = [i for i in took.index if lone[i] and pd.notna(c.bytes.iat[i])]
+        # a send returns once its bytes are handed over and a recv posted late finds them there: neither's time is
+        # the transfer's (collectives.py times a pair by its recv from the later arrival), so p2p has no factor
+        rows = [i for i in took.index if lone[i] and pd.notna(c.bytes.iat[i]) and str(c.op.iat[i]) not in P2P]
         if not rows:
             return self
         multi = np.array([(c.n_hosts.iat[i] if pd.notna(c.n_hosts.iat[i]) else 1) > 1 for i in rows])

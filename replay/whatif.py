@@ -141,6 +141,9 @@ def _memory_columns(run, g, sc, res, has_memory: bool) -> dict:
     empty = {"measured_peak_alloc_bytes": None, "predicted_peak_alloc_bytes": None, "device_memory_bytes": None,
              "fits": None}
     if not has_memory:
+        if sc is not None and sc.parallelism.relayout:
+            return {**empty, "_notes": [f"{sc.where}: the trace has no [memory] events (profile_memory=True): the new "
+                                        "layout's peak is not predicted"]}
         return empty
     sc = sc or Scenario()
     facts = res.info.memory if res is not None else None
