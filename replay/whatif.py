@@ -21,7 +21,8 @@ COLUMNS = {
     "predicted_step_ns": "replayed step time under the scenario, same definition, ns",
     "change_pct": "100 * (predicted - measured) / measured",
     "throughput_steps_per_s": "1e9 / predicted_step_ns",
-    "throughput_samples_per_s": "global batch (run.json; x dp'/dp under a data-parallel change) / step time",
+    "throughput_samples_per_s": "global batch (run.json; x dp'/dp under `[parallelism] dp` alone, kept by a re-layout; "
+                                "x [batch] scale) / step time",
     "measured_exposed_comm_ns": "exposed communication per step of the measured run (the exposed_comm analysis; "
                                 "worst rank's median), ns",
     "exposed_comm_ns": "the same analysis on the replayed run, ns (a folded replay: its representative ranks')",
@@ -107,7 +108,9 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         out = os.path.join(out_dir, _safe(sc.name)) if out_dir else None
         exp = _predicted_exposed_ns(res, out)
         dp = sc.parallelism.dp
-        scale = (dp / par["dp"] if dp and par.get("dp") else 1.0) * sc.batch.scale
+        # dp alone keeps each rank's batch (the global batch grows with it); a re-layout keeps the global batch
+        grows = dp and par.get("dp") and not sc.parallelism.relayout
+        scale = (dp / par["dp"] if grows else 1.0) * sc.batch.scale
         row = {"scenario": sc.name, "measured_step_ns": measured, "predicted_step_ns": pred,
                "change_pct": 100.0 * (pred - measured) / measured if measured else None,
                "throughput_steps_per_s": 1e9 / pred if pred else None,
@@ -119,7 +122,8 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
             row["reconfigurations"] = res.info.reconfigurations
         if sc.failures is not None:
             world = int(run.sql("SELECT coalesce(max(world_size), count(*)) AS n FROM ranks").n.iloc[0])
-            n_gpus = sc.failures.n_gpus or int(round(world * scale))
+            plan = res.info.relayout
+            n_gpus = sc.failures.n_gpus or (plan.new.world if plan is not None else int(round(world * scale)))
             gp = sc.failures.goodput(pred, n_gpus=n_gpus)
             row.update({"goodput_pct": 100.0 * gp.goodput, "effective_training_pct": gp.effective_training_time_pct,
                         "time_to_train_h": gp.time_to_train_s / 3600.0})
