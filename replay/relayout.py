@@ -20,7 +20,8 @@ The step of a layout (`step_ns`), per pipeline stage, on the source's own work:
 - the optimizer follows the bytes it updates (/ dp' when sharded), gradient accumulation the gradients a rank
   holds, a micro-batch at a time; the rest of the step (data loading, ...) is kept;
 - a tensor subclass's dispatch (DTensor's, as the run spent it: structure) is spent by a layout whose activations
-  (tp' > 1) or parameters (tp' > 1, fsdp) are DTensors, and by no other;
+  (tp' > 1) or parameters (tp' > 1, fsdp) are DTensors, and by no other; FSDP's own work (its FSDP:: ranges) by an
+  fsdp layout, and by no other;
 - a collective costs what the links model fitted on the run gives it alone on its links (held to the NICs' nominal
   rate where known), times what the run's own lone collectives of that op and class of link took over that (an
   algorithm as the backend runs it); a host's ranks in different groups of one dimension share its NIC; ranks are
@@ -176,6 +177,7 @@ class Work:
     # optimizer's a step; spent only by a layout whose activations (tp > 1) or parameters (tp > 1, fsdp) are DTensors
     wrapper: np.ndarray = field(default_factory=lambda: np.zeros((2, 3)))
     optimizer_wrapper_ns: float = 0.0
+    sharding_ns: float = 0.0  # FSDP's own work a step (structure: its FSDP:: ranges), spent by an fsdp layout
 
     @property
     def has_backward(self) -> bool:
@@ -212,7 +214,8 @@ def work(st: Structure, src: Layout, dp_bucket_bytes: list) -> Work:
     opt_wrap = float(np.mean([w.optimizer_wrapper_ns for w in ranks])) * src.pp  # the whole model's
     return Work(blk, pre, post, blocks, float(st.tokens), float(opt), float(par),
                 float(np.mean([w.other_ns for w in ranks])), float(glue), float(np.mean(calls)) if calls else 0.0,
-                float(model_bytes), [b / total for b in dp_bucket_bytes] if total > 0 else [], wrap, opt_wrap)
+                float(model_bytes), [b / total for b in dp_bucket_bytes] if total > 0 else [], wrap, opt_wrap,
+                float(np.mean([w.sharding_ns for w in ranks])))
 
 
 def _tp_colls(st: Structure, lay: Layout) -> float:
@@ -254,7 +257,9 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
     parts = {"optimizer_ns": w.optimizer_ns_per_byte * grads / shard
              + (w.optimizer_wrapper_ns / lay.pp if dtensor_params else 0.0),
              "accumulate_ns": w.params_ns_per_byte * grads * lay.micro_batches,
-             "other_ns": w.other_ns}
+             "other_ns": w.other_ns,
+             # FSDP's copies and hooks, as the run spent them (its units are the same model's); none elsewhere
+             "sharding_ns": w.sharding_ns if lay.sharding == "fsdp" else 0.0}
     if lay.sharding == "fsdp":  # with pipeline 1 and one micro-batch (target() refuses the rest)
         parts["compute_comm_ns"] = _fsdp(st, w, lay, blk, tp_f, tp_b, pre, post, grads, costs, strides["dp"])
     else:
@@ -400,6 +405,8 @@ def notes_for(src: Layout, new: Layout, st: Structure, w: Work, parts: dict, bas
     if costs.op_factor:
         out.append("collective ops as the run's lone ones ran them, x the links' time: "
                    + ", ".join(f"{op} on {c} {v:.2f}" for (op, c), v in sorted(costs.op_factor.items())))
+    if new.sharding == "fsdp" and src.sharding != "fsdp":
+        out.append("FSDP from a run without it: its copies and hooks are not in the run to measure")
     if new.sharding in ("fsdp", "zero1", "zero2") and not any(op == "all_gather" for op, _ in costs.op_factor):
         out.append("the run has no all-gather to measure: its all-gathers cost what the links give a ring")
     return out

@@ -16,6 +16,8 @@ From the dependency graph and op_facts (replay/memory.py), per rank and profiled
   gap before it (Python, the framework): what a node takes whatever its size; the rest of its time follows its
   tokens (and its share of a split);
 - tensor-parallel glue (DTensor's Redistribute, wrappers) and collective calls: CPU time per collective;
+- FSDP's own work: the ops inside its `FSDP::` record_function ranges (copies into and out of the flat buffers,
+  its hooks), which only a sharded layout spends;
 - a tensor subclass's dispatch: an op holding a nested op of its own name through `PythonSubclass` (DTensor's
   aten::addmm -> PythonSubclass -> aten::addmm on the local shard) spent the difference dispatching;
 - on a GPU rank, an op's work is the compute kernels it launched (the step follows the device);
@@ -72,6 +74,7 @@ class RankWork:
     wrapper: np.ndarray = field(default_factory=lambda: np.zeros((2, 3)))
     optimizer_wrapper_ns: float = 0.0
     tp_glue_ns: float = 0.0  # DTensor glue
+    sharding_ns: float = 0.0  # FSDP's own work (its copies in and out, its hooks: what its FSDP:: ranges hold)
     coll_call_ns: float = 0.0  # CPU time in collective calls
     n_colls: float = 0.0  # collectives a step calls on this rank
 
@@ -209,6 +212,8 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
     bare = pd.Series(names).str.removeprefix(BACKWARD_PREFIX + " ")
     glue = cpu & in_step & bare.isin(TP_GLUE).to_numpy()
     call = cpu & in_step & bare.str.startswith(COLL_CALL_PREFIXES).to_numpy()
+    sharding = cpu & in_step & _inside(g, run, "FSDP::")
+    aside = glue | call | sharding
     floor = np.zeros(len(g.kind))
     for r, f in facts.floor_ns.items():
         m = g.rank == r
@@ -236,11 +241,11 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
         for ph, sel in ((0, fwd), (1, bwd & ~unmapped)):
             for wh in (PRE, BLOCK, POST):
                 for sp in (0, 1):
-                    m = sel & rr & (where == wh) & (split == bool(sp)) & ~glue & ~call
+                    m = sel & rr & (where == wh) & (split == bool(sp)) & ~aside
                     w.work[ph, wh, sp] = (floor[m].sum() / k, rest[m].sum() / k)
-                w.wrapper[ph, wh] = wrap[sel & rr & (where == wh) & ~glue & ~call].sum() / k
+                w.wrapper[ph, wh] = wrap[sel & rr & (where == wh) & ~aside].sum() / k
         # backward nodes with no forward op: token work spread like the mapped ones; the rest follows the parameters
-        um = unmapped & rr & ~glue & ~call
+        um = unmapped & rr & ~aside
         tok = um & facts.act
         mapped = w.work[1].sum(axis=2)
         share = mapped / mapped.sum() if mapped.sum() > 0 else np.array([[0, 1], [0, 0], [0, 0]], float)[:, :2]
@@ -251,8 +256,9 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
         w.optimizer_wrapper_ns = float(wrap[opt].sum()) / k
         w.optimizer_ns = float(busy[opt].sum()) / k - w.optimizer_wrapper_ns
         w.tp_glue_ns = float(busy[glue & rr].sum()) / k
+        w.sharding_ns = float(busy[sharding & rr & ~glue & ~call].sum()) / k
         w.coll_call_ns = float(busy[call & rr].sum()) / k
-        known = fwd | bwd | glue | call | (facts.phase == OPTIMIZER)
+        known = fwd | bwd | aside | (facts.phase == OPTIMIZER)
         w.other_ns = float(busy[cpu & rr & in_step & ~known].sum()) / k
         if len(g.colls):
             present = g.colls.present_ranks.map(lambda x: int(r) in set(x)).to_numpy(bool)
@@ -262,6 +268,21 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
     grads = {r: b / max(micro_batches, 1) for r, b in _grad_bytes(run).items()}
     return Structure(out, _period(facts, next(iter(facts.blocks))), colwise, rowwise, tokens, hidden, elem or 4,
                      split_dims, heads, block_params * (elem or 4), params, grads, n_steps)
+
+
+def _inside(g, run, prefix: str) -> np.ndarray:
+    """Per graph node: it starts inside a record_function range whose name starts with prefix, on its rank."""
+    spans = run.sql("SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE ph = 'X' AND "
+                    "cat = 'user_annotation' AND starts_with(name, $p) AND dur_ns IS NOT NULL", {"p": prefix})
+    out = np.zeros(len(g.kind), bool)
+    for r, x in spans.groupby("rank"):
+        x = x.sort_values("ts_ns")
+        s0, reach = x.ts_ns.to_numpy(np.int64), np.maximum.accumulate(x.end_ns.to_numpy(np.int64))
+        mine = np.flatnonzero(g.rank == r)
+        at = np.searchsorted(s0, g.start_ns[mine], side="right") - 1
+        ok = at >= 0
+        out[mine[ok]] = g.start_ns[mine[ok]] < reach[at[ok]]
+    return out
 
 
 def _wrapper_ns(g, ev: pd.DataFrame, cpu: np.ndarray) -> np.ndarray:
