@@ -119,9 +119,9 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
                             "or no input shapes: profile with record_shapes=True), so there are no layers to split")
     ev = run.sql(_OPS_SQL)
     cpu = g.kind == _graph.K["cpu"]
-    last = g.steps["is_last"].astype(bool)
+    is_last = g.steps["is_last"].astype(bool)
     # the profiled steps but the last (cut short by the profiler's stop); a rank's only step is whole
-    steps = g.steps[~last | ~(~last).groupby(g.steps["rank"]).transform("any")]
+    steps = g.steps[~is_last | ~(~is_last).groupby(g.steps["rank"]).transform("any")]
     in_step = np.zeros(len(g.kind), bool)
     step_of = np.full(len(g.kind), -1, np.int64)
     for r, s, s0, s1 in zip(steps["rank"], steps["step"], steps.ts_ns, steps.end_ns):
@@ -199,7 +199,7 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
         for sq, node in zip(x.seq.to_numpy(np.int64)[ok], nodes[at[ok]]):
             seq_where[(int(r), int(sq))] = (int(where[node]), bool(split[node]))
     bwd = cpu & in_step & (facts.phase == BACKWARD)
-    key = ev.set_index(["rank", "event_id"]).seq
+    key = e.seq
     bidx = np.flatnonzero(bwd)
     bseq = key.reindex(pd.MultiIndex.from_arrays([g.rank[bidx], g.event_id[bidx]])).to_numpy()
     unmapped = np.zeros(len(g.kind), bool)
