@@ -446,7 +446,7 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     from .structure import structure
 
     src, tl = source_layout(run, g, facts)
-    st = structure(run, g, facts, src.micro_batches)
+    st = structure(run, g, facts, src.micro_batches, where)
     new = target(par, src, src.world, st, where)
     hosts = run.sql("SELECT count(DISTINCT coalesce(hostname, CAST(rank AS VARCHAR))) AS n FROM ranks").n.iloc[0]
     rph_src = max(1, src.world // max(1, int(hosts)))

@@ -110,13 +110,15 @@ FROM events WHERE ph = 'X' AND cat IN ('cpu_op', 'user_annotation') AND dur_ns I
 """
 
 
-def structure(run, g, facts: OpFacts, micro_batches: int = 1) -> Structure:
-    """The source run's structure and work (module docstring); micro_batches: what the run's step holds."""
+def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -> Structure:
+    """The source run's structure and work (module docstring); micro_batches: what the run's step holds; where: the
+    scenario, for the one-line refusal."""
     from .checks import ScenarioError
 
     if not facts.blocks:
-        raise ScenarioError("[parallelism]: the trace's forward shows no repeated block (no op sequence that repeats, "
-                            "or no input shapes: profile with record_shapes=True), so there are no layers to split")
+        raise ScenarioError(f"{where + ': ' if where else ''}[parallelism]: the trace's forward shows no repeated block "
+                            "(no op sequence that repeats, or no input shapes: profile with record_shapes=True), so "
+                            "there are no layers to split")
     ev = run.sql(_OPS_SQL)
     cpu = g.kind == _graph.K["cpu"]
     is_last = g.steps["is_last"].astype(bool)
