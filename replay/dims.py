@@ -54,11 +54,11 @@ import pandas as pd
 
 from tracekit.errors import TracekitError
 
+from .costs import P2P_OPS
 from .memory import BACKWARD_PREFIX
 
 SHARDING = ("none", "fsdp")
 SCHEDULES = ("gpipe", "1f1b")
-P2P_OPS = ("send", "recv")
 # the degrees whose product is the world (ep and the expert dimensions are carved out of them)
 WORLD_DIMS = ("dp", "tp", "pp", "cp")
 # Megatron's group descriptions (megatron/core/parallel_state.py, create_group(group_desc=...)), after dropping the

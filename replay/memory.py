@@ -525,6 +525,21 @@ ORDER BY rank, device_type, device_id, ts_ns, event_id
 """
 
 
+PEAK_COLUMNS = ["rank", "device_type", "device_id", "measured_peak_alloc_bytes", "predicted_peak_alloc_bytes"]
+
+
+def peak_devices(run, cache: dict) -> pd.DataFrame:
+    """memory_peak's row for each rank's device that can run out (analyses.memory.memory_limiting_devices; the
+    largest peak of them), by rank: what a predicted peak is judged on. Empty without [memory] events."""
+    from analyses.memory import memory_limiting_devices
+
+    mp = _memory_analysis(run, cache, "memory_peak")
+    if not len(mp):
+        return mp
+    return (memory_limiting_devices(mp).sort_values("peak_allocated_bytes", kind="stable").groupby("rank").tail(1)
+            .sort_values("rank"))
+
+
 def predict_peak(run, g, facts: OpFacts | None, sc, cache: dict | None = None) -> pd.DataFrame:
     """Per rank, on the device it can run out of (analyses.memory.memory_limiting_devices; the largest peak of them):
     measured_peak_alloc_bytes and
@@ -541,20 +556,15 @@ def predict_peak(run, g, facts: OpFacts | None, sc, cache: dict | None = None) -
       at the start of its block (the recomputes, in the backward's order, are the forward's blocks reversed).
     The series keeps the measured times: the step's re-timing does not move the allocations. cache: where the memory
     analyses it reads are kept between calls (default: facts', else read afresh)."""
-    from analyses.memory import memory_limiting_devices, memory_peak
-
-    mp = memory_peak(run)
-    if not len(mp):
-        return pd.DataFrame(columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
-                                     "predicted_peak_alloc_bytes"])
-    top = (memory_limiting_devices(mp).sort_values("peak_allocated_bytes", kind="stable").groupby("rank").tail(1)
-           .sort_values("rank"))
+    cache = cache if cache is not None else (facts.analyses if facts is not None else {})
+    top = peak_devices(run, cache)
+    if not len(top):
+        return pd.DataFrame(columns=PEAK_COLUMNS)
     s = sc.batch.scale
     ckpt = sc.memory.activation_checkpointing
     moves = ckpt is not None and facts is not None and (ckpt == "none") == facts.checkpointed
     off = sc.memory.offload_optimizer
     changes = s != 1.0 or moves or off
-    cache = cache if cache is not None else (facts.analyses if facts is not None else {})
     blocks = _memory_analysis(run, cache, "memory_blocks") if changes else None
     series = _memory_analysis(run, cache, "memory_series") if changes else None
     opt_at_peak = {}

@@ -10,13 +10,6 @@ from tracekit.capture.pipeline_demo import schedule as schedule_1f1b  # the 1F1B
 from .engine import Engine
 
 
-def one_f_one_b(f_ns, b_ns, p2p_ns: int, micro_batches: int) -> int:
-    """Makespan of one 1F1B pipeline step: stage s runs min(P - s - 1, m) forwards, then alternates one
-    forward and one backward, then drains its backwards. f_ns[s], b_ns[s]: one micro-batch's forward and
-    backward on stage s; p2p_ns: one activation (or gradient) transfer between neighbouring stages."""
-    return pipeline_makespan(f_ns, b_ns, p2p_ns, micro_batches, "1f1b")
-
-
 def gpipe_order(stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
     """GPipe's order on every stage: all the forwards, then all the backwards (torch.distributed.pipelining's
     ScheduleGPipe: the backwards in micro-batch order)."""

@@ -37,13 +37,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from .dims import SCHEDULES
+from .checks import ScenarioError
+from .costs import P2P_OPS, flat_coefficients
+from .dims import SCHEDULES, coll_dims, trace_layout
 from .engine import Engine
-from .structure import BLOCK, POST, PRE, Structure
+from .links import INTER, INTRA, _of
+from .pipeline import pipeline_makespan
+from .structure import BLOCK, POST, PRE, Structure, structure
 
 PIPELINE_SCHEDULES = SCHEDULES
 SHARDINGS = ("none", "zero1", "zero2", "fsdp")
-P2P = ("send", "recv")
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 DDP_BUCKET_BYTES = 25 << 20
 
@@ -92,9 +95,6 @@ class Costs:
     def ns(self, op: str, nbytes: float, group: int, stride: int) -> float:
         if group <= 1 or nbytes <= 0:
             return 0.0
-        from .costs import flat_coefficients
-        from .links import INTER, INTRA, _of
-
         rph = self.ranks_per_host
         hosts = len({(k * stride) // rph for k in range(group)})
         c = INTER if hosts > 1 else INTRA
@@ -111,13 +111,15 @@ class Costs:
         c = g.colls
         if not len(c) or c.bytes.isna().all():
             return self
-        ev = run.sql("SELECT rank, event_id, ts_ns, ts_ns + dur_ns AS end_ns FROM events "
-                     "WHERE ph = 'X' AND dur_ns IS NOT NULL")
-        ev = ev.set_index(["rank", "event_id"])
         n = np.array([len(x) for x in c.present_ranks])
         part = pd.DataFrame({"row": np.repeat(np.arange(len(c)), n),
                              "rank": np.concatenate([np.asarray(x, np.int64) for x in c.present_ranks]),
                              "event_id": np.concatenate([np.asarray(x, np.int64) for x in c.events])})
+        # the participants' events only (a trace holds millions of others)
+        ev = run.sql("SELECT rank, event_id, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE ph = 'X' AND "
+                     "dur_ns IS NOT NULL AND event_id IN (SELECT unnest($ids::BIGINT[]))",
+                     {"ids": sorted(set(part.event_id.tolist()))})
+        ev = ev.drop_duplicates(["rank", "event_id"]).set_index(["rank", "event_id"])
         got = ev.reindex(pd.MultiIndex.from_arrays([part["rank"], part.event_id]))
         part["start"], part["end"] = got.ts_ns.to_numpy(float), got.end_ns.to_numpy(float)
         part = part.dropna()
@@ -133,11 +135,9 @@ class Costs:
         took = (part.end - part.start).groupby(part.row).min()
         factors = {}
         base = replace(self, op_factor={})
-        from .links import INTER, INTRA
-
         # a send returns once its bytes are handed over and a recv posted late finds them there: neither's time is
         # the transfer's (collectives.py times a pair by its recv from the later arrival), so p2p has no factor
-        rows = [i for i in took.index if lone[i] and pd.notna(c.bytes.iat[i]) and str(c.op.iat[i]) not in P2P]
+        rows = [i for i in took.index if lone[i] and pd.notna(c.bytes.iat[i]) and str(c.op.iat[i]) not in P2P_OPS]
         if not rows:
             return self
         multi = np.array([(c.n_hosts.iat[i] if pd.notna(c.n_hosts.iat[i]) else 1) > 1 for i in rows])
@@ -196,7 +196,7 @@ def work(st: Structure, src: Layout, dp_bucket_bytes: list) -> Work:
     # the ops around the blocks: the stage that holds them (the most of it on any rank)
     pre = max((w.work[:, PRE] for w in ranks), key=lambda a: a.sum()) / src.micro_batches
     post = max((w.work[:, POST] for w in ranks), key=lambda a: a.sum()) / src.micro_batches
-    blocks = int(round(sum(w.blocks for w in ranks) / (src.dp * src.tp)))
+    blocks = st_blocks(st, src)
     model_bytes = sum(st.grad_bytes.values()) / (src.dp * src.tp)
     held = [st.param_bytes.get(w.rank, 0) for w in ranks]
     opt = np.mean([w.optimizer_ns / b for w, b in zip(ranks, held) if b > 0]) if any(held) else 0.0
@@ -263,8 +263,6 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
     if lay.sharding == "fsdp":  # with pipeline 1 and one micro-batch (target() refuses the rest)
         parts["compute_comm_ns"] = _fsdp(st, w, lay, blk, tp_f, tp_b, pre, post, grads, costs, strides["dp"])
     else:
-        from .pipeline import pipeline_makespan
-
         span = pipeline_makespan(f, b, int(round(p2p)), lay.micro_batches, lay.schedule)
         parts["compute_comm_ns"] = span
         # a trace without a backward (a forward profiled alone) syncs no gradients
@@ -356,8 +354,6 @@ def _fsdp(st, w: Work, lay: Layout, blk, tp_f, tp_b, pre, post, grads, costs: Co
 def target(par, src: Layout, world: int, st: Structure, where: str) -> Layout:
     """The layout [parallelism] asks for: the degrees it gives, the run's for the rest; dp, when not given, keeps the
     world size. One clear error for a layout that cannot be."""
-    from .checks import ScenarioError
-
     tp = par.tp if par.tp is not None else src.tp
     pp = par.pp if par.pp is not None else src.pp
     if par.dp is not None:
@@ -385,6 +381,7 @@ def target(par, src: Layout, world: int, st: Structure, where: str) -> Layout:
 
 
 def st_blocks(st: Structure, src: Layout) -> int:
+    """The model's blocks: every rank's, over the replicas (dp x tp ranks hold the same ones)."""
     return int(round(sum(w.blocks for w in st.ranks.values()) / (src.dp * src.tp)))
 
 
@@ -414,8 +411,6 @@ def notes_for(src: Layout, new: Layout, st: Structure, w: Work, parts: dict, bas
 
 def source_layout(run, g, facts):
     """(the run's own layout, as its traces show it; dims' TraceLayout, whose evidence says how)."""
-    from .dims import trace_layout
-
     tl = trace_layout(run, g, facts.coll_act)
     return Layout(tl.dp, tl.tp, tl.pp, tl.micro_batches, tl.schedule or "1f1b", tl.sharding), tl
 
@@ -423,8 +418,6 @@ def source_layout(run, g, facts):
 def _dp_buckets(g, tl, coll_act, src: Layout) -> list:
     """The bytes of the data-parallel all-reduces the run's first rank calls in its first profiled step (DDP's
     buckets), in order; [] when the run has none (sharded, or one replica)."""
-    from .dims import coll_dims
-
     c = g.colls
     if src.dp <= 1 or src.sharding != "none" or not len(c):
         return []
@@ -442,9 +435,6 @@ def _dp_buckets(g, tl, coll_act, src: Layout) -> list:
 def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, batch_scale: float, where: str):
     """(what the new layout multiplies the run's replayed step by, notes, the new layout): the formula's step of the
     new layout over the run's own, both at the scenario's links and batch (module docstring)."""
-    from .links import INTER, _of
-    from .structure import structure
-
     src, tl = source_layout(run, g, facts)
     st = structure(run, g, facts, src.micro_batches, where)
     new = target(par, src, src.world, st, where)
@@ -486,22 +476,20 @@ def _held(w: Work, lay: Layout, what: str) -> float:
     return per / (lay.dp if lay.sharding in shard[what] else 1)
 
 
-def predict_peak(run, plan: "Plan") -> pd.DataFrame:
+def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     """Per rank of the run (its device that can run out: analyses.memory.memory_limiting_devices), the measured peak
     and the new layout's predicted peak (the fullest stage of it): memory_breakdown's categories at the rank's peak,
     each re-sized for the new layout -- parameters, gradients and optimizer state by the bytes a rank holds (the
     model's / (tp x pp), / dp where sharded), activations by a micro-batch's tokens, the micro-batches in flight
     (_in_flight), the blocks a stage holds and tensor parallelism's split of them (TP_SPLIT_ACTIVATIONS);
-    communication buffers and other as measured. Empty without [memory] events."""
-    from analyses.memory import memory_breakdown, memory_limiting_devices, memory_peak
+    communication buffers and other as measured. Empty without [memory] events. cache: where the memory analyses
+    are read once (memory._memory_analysis)."""
+    from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
-    mp = memory_peak(run)
-    if not len(mp):
-        return pd.DataFrame(columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
-                                     "predicted_peak_alloc_bytes"])
-    top = (memory_limiting_devices(mp).sort_values("peak_allocated_bytes", kind="stable").groupby("rank").tail(1)
-           .sort_values("rank"))
-    bd = memory_breakdown(run)
+    top = peak_devices(run, cache)
+    if not len(top):
+        return pd.DataFrame(columns=PEAK_COLUMNS)
+    bd = _memory_analysis(run, cache, "memory_breakdown")
     src, new, st, w = plan.src, plan.new, plan.structure, plan.work
     tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
     split = TP_SPLIT_ACTIVATIONS

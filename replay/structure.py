@@ -97,11 +97,6 @@ class Structure:
     steps: int
     notes: list = field(default_factory=list)
 
-    @property
-    def boundary_bytes(self) -> int:
-        """What one micro-batch hands the next block (a pipeline stage's send, a tensor-parallel all-reduce)."""
-        return self.tokens * self.hidden * self.element_bytes
-
 
 _OPS_SQL = """
 SELECT rank, tid, event_id, name, ts_ns, ts_ns + dur_ns AS end_ns, coalesce(sequence_number, -1) AS seq,

@@ -157,7 +157,7 @@ def _memory_columns(run, g, sc, res, has_memory: bool) -> dict:
     if plan is not None:  # a new layout: its state and activations re-sized (replay/relayout.py)
         from .relayout import predict_peak
 
-        peaks = predict_peak(run, plan)
+        peaks = predict_peak(run, plan, facts.analyses if facts is not None else {})
     else:
         peaks = memory.predict_peak(run, g, facts, sc)
     if not len(peaks):

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import replay
 import tracekit
-from replay.pipeline import one_f_one_b, pipeline_makespan
+from replay.pipeline import pipeline_makespan
 from replay.scenario import scenario_from_dict
 
 from .conftest import REPO
@@ -37,9 +37,10 @@ def test_transfers_only_add_time_and_a_link_carries_one_message_at_a_time(P, m, 
 
 
 def test_1f1b_slow_stages_pace_it():
-    base = one_f_one_b([10, 10, 10], [20, 20, 20], 0, 6)
-    assert one_f_one_b([10, 10, 10], [20, 20, 20], 5, 6) > base
-    assert one_f_one_b([10, 30, 10], [20, 60, 20], 0, 6) >= (6 - 1) * 90 + 3 * 30  # the slow stage paces it
+    base = pipeline_makespan([10, 10, 10], [20, 20, 20], 0, 6, "1f1b")
+    assert pipeline_makespan([10, 10, 10], [20, 20, 20], 5, 6, "1f1b") > base
+    # the slow stage paces it
+    assert pipeline_makespan([10, 30, 10], [20, 60, 20], 0, 6, "1f1b") >= (6 - 1) * 90 + 3 * 30
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ class PipelineConfig:
 
 def schedule(stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
     """The 1F1B order of one stage: min(P - s - 1, m) warm-up forwards, then one forward and one backward
-    in turn, then the remaining backwards (replay/pipeline.one_f_one_b replays the same order)."""
+    in turn, then the remaining backwards (replay/pipeline.pipeline_makespan's "1f1b" replays the same order)."""
     warm = min(stages - stage - 1, micro_batches)
     order = [("F", i) for i in range(warm)]
     f, b = warm, 0
