@@ -119,7 +119,8 @@ class ReplayResult:
         label = {"kind": "replay", "source_store": self.run.store.path,
                  "scenario": (self.scenario.name if self.scenario is not None else None) or "baseline",
                  "ranks": list(self.graph.ranks)}
-        return write_retimed_store(self.run.store.path, out_dir, self.event_times(), label=label)
+        return write_retimed_store(self.run.store.path, out_dir, self.event_times(), label=label,
+                                   ranks=list(self.graph.ranks) if self.folding is not None else None)
 
     def _warp(self, ev: pd.DataFrame, *points):
         """Map timestamps of events (rank, pid, tid) through their track's warp (the rank's main CPU
