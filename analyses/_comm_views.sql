@@ -41,25 +41,39 @@ CREATE OR REPLACE TEMP MACRO _comm_kernel_dtype(n) AS (
   nullif(regexp_extract(n, '_(bf16|f16|f32|f64|f8e4m3|f8e5m2|i8|u8|i32|u32|i64|u64|float|half|double|int8_t|uint8_t|int32_t|uint32_t|int64_t|uint64_t)(_|\(|$)', 1), '')
 );
 
+-- _comm_pg_configs: each distinct pg_config list of the ranks' distributedInfo, parsed once (every rank's lists
+-- each group's members, so the ranks' documents hold world_size^2 numbers: parsed per rank, 4,096 ranks took 5 s
+-- here); _comm_rank_pg: each rank's list.
+CREATE OR REPLACE TEMP TABLE _comm_rank_pg AS
+SELECT rank, world_size, backend, json_extract(distributed_info_json, '$.pg_config')::VARCHAR AS pg_config
+FROM ranks;
+
+CREATE OR REPLACE TEMP TABLE _comm_pg_configs AS
+SELECT pg_config, coalesce(json_array_length(pg_config), 0) AS n_pg,
+       CASE WHEN json_array_length(pg_config) > 0 THEN
+         list_transform(json_extract(pg_config, '$[*]'),
+                        lambda p: {'pg_name': json_extract_string(p, '$.pg_name'), 'pg_desc': json_extract_string(p, '$.pg_desc'),
+                              'pg_ranks': TRY_CAST(json_extract(p, '$.ranks')::VARCHAR AS BIGINT[])})
+       END AS groups
+FROM (SELECT DISTINCT pg_config FROM _comm_rank_pg);
+
 -- _comm_rank_groups: per rank, the single process group distributedInfo names (when it names exactly one),
 -- else the whole world (ranks 0..world_size-1) as an assumption, said so in pg_source.
 CREATE OR REPLACE TEMP TABLE _comm_rank_groups AS
-SELECT rank, world_size, backend,
-       CASE WHEN n_pg = 1 THEN json_extract_string(distributed_info_json, '$.pg_config[0].pg_name') END AS pg_name,
-       CASE WHEN n_pg = 1 THEN json_extract_string(distributed_info_json, '$.pg_config[0].pg_desc') END AS pg_desc,
-       CASE WHEN n_pg = 1 THEN TRY_CAST(json_extract(distributed_info_json, '$.pg_config[0].ranks')::VARCHAR AS BIGINT[])
-            ELSE range(0, coalesce(world_size, 0)) END AS pg_ranks,
-       CASE WHEN n_pg = 1 THEN 'distributedInfo' ELSE 'world' END AS pg_source
-FROM (SELECT *, coalesce(json_array_length(distributed_info_json, '$.pg_config'), 0) AS n_pg FROM ranks);
+SELECT r.rank, r.world_size, r.backend,
+       CASE WHEN c.n_pg = 1 THEN c.groups[1].pg_name END AS pg_name,
+       CASE WHEN c.n_pg = 1 THEN c.groups[1].pg_desc END AS pg_desc,
+       CASE WHEN c.n_pg = 1 THEN c.groups[1].pg_ranks ELSE range(0, coalesce(r.world_size, 0)) END AS pg_ranks,
+       CASE WHEN c.n_pg = 1 THEN 'distributedInfo' ELSE 'world' END AS pg_source
+FROM _comm_rank_pg r LEFT JOIN _comm_pg_configs c ON c.pg_config IS NOT DISTINCT FROM r.pg_config;
 
 -- _comm_pg_config: every process group distributedInfo lists for a rank (the groups the rank belongs to): a
 -- collective whose metadata names only its group (the flight recorder, a p2p call's group-local peer) takes
 -- the group's ranks from here.
 CREATE OR REPLACE TEMP TABLE _comm_pg_config AS
-SELECT rank, json_extract_string(p, '$.pg_name') AS pg_name, json_extract_string(p, '$.pg_desc') AS pg_desc,
-       TRY_CAST(json_extract(p, '$.ranks')::VARCHAR AS BIGINT[]) AS pg_ranks
-FROM (SELECT rank, unnest(json_extract(distributed_info_json, '$.pg_config[*]')) AS p FROM ranks
-      WHERE coalesce(json_array_length(distributed_info_json, '$.pg_config'), 0) > 0);
+SELECT r.rank, g.pg_name, g.pg_desc, g.pg_ranks
+FROM _comm_rank_pg r JOIN (SELECT pg_config, unnest(groups) AS g FROM _comm_pg_configs WHERE n_pg > 0) c
+  ON c.pg_config = r.pg_config;
 
 -- _comm_calls: CPU-side collective calls: outermost c10d::* ops of a known op, and record_param_comms events
 -- with collective metadata that no c10d op encloses (older NCCL builds record only those).
@@ -375,7 +389,7 @@ SELECT * FROM _comm_inspector_rows;
 -- _comm_matched: one row per collective instance (match_key) across the ranks that recorded it.
 CREATE OR REPLACE TEMP VIEW _comm_matched AS
 WITH g AS (
-  SELECT match_key, any_value(match_by) AS match_by, any_value(source) AS source, mode(op) AS op, count(DISTINCT op) AS op_variants,
+  SELECT match_key, any_value(match_by) AS match_by, any_value(source) AS source, mode(op ORDER BY op) AS op, count(DISTINCT op) AS op_variants,
          mode(pg_name) AS pg_name, mode(pg_desc) AS pg_desc, arg_max(pg_ranks, len(pg_ranks)) AS pg_ranks,
          max(group_size) AS group_size, mode(dtype) AS dtype, max(bytes) AS bytes, count(DISTINCT bytes) AS bytes_variants,
          min(step) AS step, mode(timeline) AS timeline,

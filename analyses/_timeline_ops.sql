@@ -9,7 +9,7 @@ _iv AS (
   WHERE (NOT $by_step OR step IS NOT NULL) AND dur_ns IS NOT NULL
   UNION ALL
   SELECT 'cpu', rank, CASE WHEN $by_step THEN step END, ts_ns, end_ns, kernel_class
-  FROM _cpu_work_in_scope($rank, $step)
+  FROM _cpu_work_in_scope($rank, $step, $by_step)
   WHERE $cpu_fallback AND (NOT $by_step OR step IS NOT NULL)
     AND rank NOT IN (SELECT DISTINCT rank FROM _gpu_ops_classified)
 ),

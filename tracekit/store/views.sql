@@ -1,6 +1,6 @@
 -- Public views over the store's tables. Private helpers start with "_".
 -- All times are int64 ns on the trace clock; durations are *_ns.
--- Which categories are device ops and runtime calls: the macros device_op_kind(cat) and
+-- Which categories are device ops and runtime calls: the macros device_op_kind(cat), is_device_op(cat) and
 -- is_device_runtime(cat), installed from store/devices.py (CUDA, ROCm, MTIA, Intel XPU, PrivateUse1).
 
 -- ranks: one row per rank (source trace). Columns: see store/schema.py RANK_COLUMNS, plus
@@ -81,7 +81,7 @@ FROM runtime WHERE correlation IS NOT NULL GROUP BY rank, correlation;
 CREATE OR REPLACE VIEW gpu_ops AS
 SELECT e.*, device_op_kind(e.cat) AS kind,
        l.launch_ts_ns, l.launch_dur_ns, l.launch_name, l.launch_tid, l.step
-FROM (SELECT * FROM events WHERE ph = 'X' AND device_op_kind(cat) IS NOT NULL) e
+FROM (SELECT * FROM events WHERE ph = 'X' AND is_device_op(cat)) e
 LEFT JOIN _launch l ON e.rank = l.rank AND e.correlation = l.correlation;
 
 -- kernels: gpu_ops of kind kernel (same columns).
