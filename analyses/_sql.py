@@ -71,8 +71,8 @@ _CLASSIFIED = "TEMP TABLE _gpu_ops_classified AS"
 
 def _classified_cache(run, resolved) -> str | None:
     store = getattr(run, "store", None)
-    if store is None or not hasattr(store, "cache_file"):
-        return None
+    if store is None or not hasattr(store, "cache_file") or getattr(run, "rank_subset", None) is not None:
+        return None  # a subset of the ranks (Run.subset) classifies its own ops: the store's copy holds every rank's
     return store.cache_file("gpu_ops_classified", repr(resolved))
 
 

@@ -28,18 +28,30 @@ class Run:
     """SQL over one run's store. DataFrames out; the connection is read-only
     towards the file system (see Store.connect)."""
 
-    def __init__(self, store: Store, trace_dir: str | None = None, *, allow_external_access: bool = False):
+    def __init__(self, store: Store, trace_dir: str | None = None, *, allow_external_access: bool = False,
+                 ranks=None):
         self.store = store
         self.trace_dir = trace_dir or store.manifest.trace_dir
         # off: SQL sees the store and nothing else, and cannot write files (see _execute)
         self.allow_external_access = allow_external_access
+        # a subset of the ranks (Run.subset): the views read only their files
+        self.rank_subset = None if ranks is None else sorted({int(r) for r in ranks})
         self._con = None
 
     @property
     def con(self):
         if self._con is None:
-            self._con = self.store.connect(allow_external_access=self.allow_external_access)
+            self._con = self.store.connect(allow_external_access=self.allow_external_access, ranks=self.rank_subset)
         return self._con
+
+    def subset(self, ranks) -> "Run":
+        """This run seen through some of its ranks only (every view reads only their files): a per-rank analysis
+        on it gives those ranks' rows. A rank the run does not have is the caller's error."""
+        ranks = sorted({int(r) for r in ranks})
+        unknown = sorted(set(ranks) - set(self.ranks))
+        if unknown:
+            raise TracekitError(f"rank {unknown[0]}: not in this run (ranks {_span(self.ranks)})")
+        return Run(self.store, self.trace_dir, allow_external_access=self.allow_external_access, ranks=ranks)
 
     def sql(self, query: str, params: Any = None):
         """Run SQL against the store's views; return a pandas DataFrame."""
@@ -83,7 +95,7 @@ class Run:
 
     @property
     def ranks(self) -> list[int]:
-        return self.store.ranks
+        return self.store.ranks if self.rank_subset is None else list(self.rank_subset)
 
     def run_manifest(self) -> dict:
         """The run's run.json (job shape, per-rank hosts, parallel layout, measured step times) as ingested
@@ -120,6 +132,10 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<tracekit.Run {self.trace_dir!r}: {len(self.ranks)} rank(s), store {self.store.path!r}>"
+
+
+def _span(ranks: list[int]) -> str:
+    return "none" if not ranks else f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 8 else ", ".join(map(str, ranks))
 
 
 def _FILE_STATEMENTS(duckdb):  # noqa: N802 - a constant that needs the lazily imported module

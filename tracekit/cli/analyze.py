@@ -32,13 +32,20 @@ from ._common import emit, emit_result, fail_cleanly, format_option, store_optio
 @click.option("--device", default=None, metavar="NAME",
               help="mfu, roofline: the GPU every rank ran on, a device catalog name (e.g. H100-SXM), for a trace "
                    "without deviceProperties; it overrides what the trace names.")
+@click.option("--ranks", "ranks_spec", default=None, metavar="SPEC",
+              help="Per-rank analyses: only these ranks, e.g. 0-15,32 (the sample is said in the output).")
+@click.option("--sample-ranks", type=int, default=None, metavar="N",
+              help="Per-rank analyses: N ranks evenly spaced over the run (the sample is said in the output).")
+@click.option("--executor", default=None, metavar="dask://HOST:PORT",
+              help="Per-rank analyses: run the ranks in chunks on this Dask cluster (the store on a filesystem every "
+                   "worker sees under the same path).")
 @click.option("-p", "--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Any other parameter of the analysis (see its function's docstring), e.g. -p kernel_wait_threshold_ns=50000.")
 @store_option()
 @format_option()
 @fail_cleanly
 def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top_k, rules, against, against_store,
-                overlay, catalog, device, params, store, fmt):
+                overlay, catalog, device, ranks_spec, sample_ranks, executor, params, store, fmt):
     """Run analysis NAME over TRACE_DIR (ingesting new or changed traces first).
 
     \b
@@ -51,6 +58,7 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
       tracekit analyze trace_diff runs/base/ --against runs/new/
       tracekit analyze mfu runs/job42/ --by-step --catalog our_gpus.toml
       tracekit analyze roofline runs/job42/ --device H100-SXM
+      tracekit analyze temporal_breakdown runs/job4096/ --sample-ranks 64
     """
     from analyses.registry import REGISTRY, check_params, run_analysis
 
@@ -87,7 +95,24 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
         kwargs["other"] = tracekit.open(against, against_store)
     elif against is not None:
         raise TracekitError(f"--against: not an option of {name}")
-    df = run_analysis(run, name, **kwargs)
+    if ranks_spec is not None or sample_ranks is not None or executor is not None:
+        from analyses import per_rank
+
+        opt = "--ranks" if ranks_spec is not None else "--sample-ranks" if sample_ranks is not None else "--executor"
+        if name not in per_rank.PER_RANK:
+            raise TracekitError(f"{opt}: {name} is not a per-rank analysis (per-rank: "
+                                f"{', '.join(sorted(per_rank.PER_RANK))})")
+        if ranks_spec is not None and sample_ranks is not None:
+            raise TracekitError("--ranks and --sample-ranks: give one of them")
+        chosen = (per_rank.parse_ranks(ranks_spec, run.ranks) if ranks_spec is not None
+                  else per_rank.sample_ranks(run.ranks, sample_ranks) if sample_ranks is not None else None)
+        if executor is not None:
+            from tracekit.ingest.executor import parse_executor
+
+            executor = parse_executor(executor)
+        df = per_rank.run_per_rank(run, name, kwargs, ranks=chosen, executor=executor)
+    else:
+        df = run_analysis(run, name, **kwargs)
     emit_result(df, fmt)
 
 

@@ -83,8 +83,14 @@ class Store:
                              "run `tracekit ingest` again to rebuild it")
         self.manifest = m
 
-    def files(self, table: str) -> list[str]:
-        return [os.path.join(self.path, p) for p in self.manifest.files(table)]
+    def files(self, table: str, ranks=None) -> list[str]:
+        """The table's files; ranks: only those of these ranks' sources (and of the run's own, rank -1)."""
+        if ranks is None:
+            return [os.path.join(self.path, p) for p in self.manifest.files(table)]
+        keep = {int(r) for r in ranks}
+        srcs = self.manifest.sources
+        return [os.path.join(self.path, p) for name in sorted(srcs) for p in srcs[name].files.get(table, [])
+                if srcs[name].rank is None or int(srcs[name].rank) < 0 or int(srcs[name].rank) in keep]
 
     def missing_files(self) -> list[str]:
         """The table files the manifest names that are not there (a store moved, copied in part or replaced
@@ -135,8 +141,9 @@ class Store:
         except (OSError, pa.ArrowException, ValueError, IndexError) as e:
             raise StoreError(f"{files[0]}: unreadable run manifest ({e}); run `tracekit ingest` again") from None
 
-    def connect(self, *, allow_external_access: bool = False):
-        """A DuckDB connection with the store's views.
+    def connect(self, *, allow_external_access: bool = False, ranks=None):
+        """A DuckDB connection with the store's views (ranks: over these ranks' files only, a subset's views: a
+        query reads no other rank's file, which hive-partition filters would still list and plan).
 
         By default the connection cannot read or write any file beyond the
         store (enable_external_access off after the views bind, extension
@@ -157,14 +164,14 @@ class Store:
             con.execute("SET enable_progress_bar = false")
         except duckdb.Error:
             pass
-        files = {table: self.files(table) for table in TABLES}
+        files = {table: self.files(table, ranks) for table in TABLES}
         # views over files that are not there are never served. Each table's first file is checked here (a
         # store moved away or replaced has none of its files; 10 stats, where all of them would cost ~16 ms at
         # 1,024 ranks); a query that meets any other missing one reopens the store (Run._execute)
         if any(fs and not os.path.exists(fs[0]) for fs in files.values()):
             con.close()
             raise _incomplete(self.path, self.missing_files())
-        if not self._attach_views(con, files):
+        if ranks is not None or not self._attach_views(con, files):  # a subset's views: bound here, not cached
             _create_views(con, files)
         if not allow_external_access:
             # the directories of the tables that have files (DuckDB resolves "..", and every file there

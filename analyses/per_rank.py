@@ -1,0 +1,157 @@
+"""Per-rank analyses over many ranks: the ranks in chunks, each chunk on its own view of the store.
+
+An analysis in PER_RANK gives each rank rows computed from that rank's events alone (its steps, its ops, its
+collective calls), so it can run on a chunk of ranks (Run.subset: views over those ranks' files only) and the
+chunks' rows, concatenated, are the whole run's. What that buys on a big store:
+
+- memory bounded by a chunk: DuckDB's sorts and windows (interval unions per rank) over 4,096 ranks' 17.5 M CPU
+  ops held 7.7 GB at once; a chunk of CHUNK_RANKS ranks holds an eighth of that;
+- the chunks on a Dask cluster (`executor="dask://HOST:PORT"`, the ingest's executor), each worker opening the
+  store at the same path (a shared filesystem, as the ingest needs), the rows identical to a local run;
+- a sample: `ranks=` runs the analysis on those ranks only (`tracekit analyze --ranks`), the sample said in the
+  result's note.
+
+A rank's rows never depend on which chunk it is in: tests/test_per_rank.py checks every PER_RANK analysis in one
+chunk against one chunk per rank.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from tracekit.errors import TracekitError
+
+# analyses whose rows for a rank depend on that rank's own data only
+PER_RANK = frozenset({
+    "temporal_breakdown", "comm_comp_overlap", "exposed_comm", "idle_time_breakdown", "compute_per_step",
+    "data_loading", "sync_calls", "small_kernels", "memory_peak", "queue_length_summary",
+})
+# ranks per chunk: 512 ranks of the many-ranks benchmark (~4,300 CPU ops each) hold ~1 GB in DuckDB's windows
+CHUNK_RANKS = 512
+
+
+def chunks(ranks: list[int], size: int = CHUNK_RANKS) -> list[list[int]]:
+    return [ranks[i:i + size] for i in range(0, len(ranks), size)]
+
+
+def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chunk_ranks: int = CHUNK_RANKS):
+    """Analysis NAME (one of PER_RANK) on run's ranks (or `ranks`), CHUNK_RANKS ranks at a time: locally one chunk
+    after the other, or on the Dask cluster of `executor` (an Executor or 'dask://HOST:PORT'). Returns the rows of
+    every chunk in rank order; the chunks' notes, once each."""
+    from .registry import get
+
+    if name not in PER_RANK:
+        raise TracekitError(f"{name}: not a per-rank analysis, so it cannot run on part of the ranks "
+                            f"(per-rank: {', '.join(sorted(PER_RANK))})")
+    func = get(name).func
+    every = run.ranks
+    chosen = every if ranks is None else sorted({int(r) for r in ranks})
+    if ranks is not None:
+        unknown = sorted(set(chosen) - set(every))
+        if unknown:
+            raise TracekitError(f"--ranks: rank {unknown[0]} is not in this run ({len(every)} ranks, "
+                                f"{every[0] if every else '-'}..{every[-1] if every else '-'})")
+    parts = chunks(chosen, max(1, int(chunk_ranks)))
+    if executor is not None and not str(executor).startswith("local"):
+        frames = _on_dask(run, name, params, parts, executor)
+    elif len(parts) == 1 and ranks is None:
+        frames = [func(run, **params)]
+    else:
+        frames = []
+        for part in parts:
+            sub = run.subset(part)
+            try:
+                frames.append(func(sub, **params))
+            finally:
+                sub.close()
+    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    notes = list(dict.fromkeys(f.attrs.get("note") for f in frames if f.attrs.get("note")))
+    if ranks is not None:
+        notes.insert(0, f"ranks: {len(chosen)} of {len(every)} ({_describe(chosen)}); the other ranks are not in "
+                        "these rows")
+    out.attrs = {"note": "; ".join(notes)} if notes else {}
+    return out
+
+
+def parse_ranks(spec: str, every: list[int]) -> list[int]:
+    """'0-15,32,64' -> those ranks (each in the run); a malformed spec or a rank the run lacks is the user's error,
+    named as --ranks."""
+    out = set()
+    for part in spec.replace(" ", "").split(","):
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise TracekitError(f"--ranks {spec!r}: expected ranks and ranges like 0-15,32,64") from None
+        if b < a:
+            raise TracekitError(f"--ranks {spec!r}: the range {part} runs backwards")
+        out.update(range(a, b + 1))
+    missing = sorted(out - set(every))
+    if missing:
+        raise TracekitError(f"--ranks {spec!r}: rank {missing[0]} is not in this run ({len(every)} ranks, "
+                            f"{every[0] if every else '-'}..{every[-1] if every else '-'})")
+    return sorted(out)
+
+
+def sample_ranks(every: list[int], n: int) -> list[int]:
+    """A stated sample of n ranks: evenly spaced over the run's ranks (the first always in), as HTA's trace
+    filter samples ranks; n at least 1."""
+    if n < 1:
+        raise TracekitError(f"--sample-ranks {n}: the sample needs at least 1 rank")
+    if n >= len(every):
+        return list(every)
+    stride = len(every) / n
+    return sorted({every[int(i * stride)] for i in range(n)})
+
+
+def _describe(ranks: list[int]) -> str:
+    if len(ranks) <= 8:
+        return ", ".join(map(str, ranks))
+    steps = {b - a for a, b in zip(ranks, ranks[1:])}
+    if len(steps) == 1:
+        return f"every {steps.pop()}th from {ranks[0]} to {ranks[-1]}"
+    return f"{ranks[0]}, {ranks[1]}, ... {ranks[-1]}"
+
+
+def chunk_task(store_path: str, ranks: list[int], name: str, params: dict, allow_external_access: bool):
+    """On a Dask worker: the analysis on one chunk of ranks of the store at store_path (the same path there)."""
+    from tracekit.run import Run
+    from tracekit.store import Store
+
+    from .registry import get
+
+    run = Run(Store(store_path), allow_external_access=allow_external_access, ranks=ranks)
+    try:
+        return get(name).func(run, **params)
+    finally:
+        run.close()
+
+
+def _on_dask(run, name: str, params: dict, parts: list[list[int]], executor) -> list[pd.DataFrame]:
+    from tracekit.ingest.executor import Executor, parse_executor
+
+    ex = executor if isinstance(executor, Executor) else parse_executor(executor)
+    if ex.kind != "dask":
+        raise TracekitError(f"--executor {ex}: analyses run in this process or on a Dask cluster (dask://HOST:PORT)")
+    try:
+        from distributed import Client
+    except ImportError:
+        raise TracekitError(f"--executor {ex}: the Dask client is not installed; pip install 'tracekit[dask]' "
+                            "(or leave --executor out)") from None
+    try:
+        client = Client(ex.address, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError) as e:
+        raise TracekitError(f"--executor {ex}: cannot reach the Dask scheduler at {ex.address} ({e})") from None
+    try:
+        futures = [client.submit(chunk_task, run.store.path, part, name, dict(params), run.allow_external_access,
+                                 pure=False) for part in parts]
+        try:
+            return client.gather(futures)
+        except TracekitError:
+            raise
+        except Exception as e:  # a worker died, or cannot see the store
+            raise TracekitError(f"--executor {ex}: a chunk of {name} failed on a Dask worker ({type(e).__name__}: "
+                                f"{e}); the store must be on a filesystem every worker sees under the same "
+                                "path") from None
+    finally:
+        client.close()
