@@ -16,6 +16,8 @@ chunk against one chunk per rank.
 """
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 from tracekit.errors import TracekitError
@@ -27,6 +29,9 @@ PER_RANK = frozenset({
 })
 # ranks per chunk: 512 ranks of the many-ranks benchmark (~4,300 CPU ops each) hold ~1 GB in DuckDB's windows
 CHUNK_RANKS = 512
+# the whole run's rows kept in the store's cache (Store.cache_file: the store's contents and the parameters name
+# the file): exposed_comm, which every what-if reads for its measured column (a minute at 4,096 ranks)
+CACHED = frozenset({"exposed_comm"})
 
 
 def chunks(ranks: list[int], size: int = CHUNK_RANKS) -> list[list[int]]:
@@ -50,6 +55,12 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
         if unknown:
             raise TracekitError(f"--ranks: rank {unknown[0]} is not in this run ({len(every)} ranks, "
                                 f"{every[0] if every else '-'}..{every[-1] if every else '-'})")
+    cache = _cache_file(run, name, params) if ranks is None else None
+    if cache is not None and os.path.isfile(cache):
+        try:
+            return pd.read_parquet(cache)
+        except (OSError, ValueError):  # unreadable (a disk fault): computed again, and the file replaced
+            pass
     parts = chunks(chosen, max(1, int(chunk_ranks)))
     if executor is not None and not str(executor).startswith("local"):
         frames = _on_dask(run, name, params, parts, executor)
@@ -69,7 +80,18 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
         notes.insert(0, f"ranks: {len(chosen)} of {len(every)} ({_describe(chosen)}); the other ranks are not in "
                         "these rows")
     out.attrs = {"note": "; ".join(notes)} if notes else {}
+    if cache is not None and not notes:  # (a note would not survive the file)
+        from tracekit.store import write_cache_file
+
+        write_cache_file(cache, lambda tmp: out.to_parquet(tmp, index=False))
     return out
+
+
+def _cache_file(run, name: str, params: dict) -> str | None:
+    store = getattr(run, "store", None)
+    if name not in CACHED or store is None or getattr(run, "rank_subset", None) is not None:
+        return None
+    return store.cache_file(name, repr(sorted((k, repr(v)) for k, v in params.items())))
 
 
 def parse_ranks(spec: str, every: list[int]) -> list[int]:

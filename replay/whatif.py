@@ -46,9 +46,10 @@ COLUMNS = {
 def _exposed_ns(run, ranks=None) -> int | None:
     """The job's exposed communication per step, as the exposed_comm analysis gives it on this run (measured or
     replayed: a replayed run is a store like a measured one); ranks: only these."""
-    from analyses.exposed_comm import exposed_comm, exposed_comm_job_ns
+    from analyses.exposed_comm import exposed_comm_job_ns
+    from analyses.registry import run_analysis
 
-    df = exposed_comm(run)
+    df = run_analysis(run, "exposed_comm")  # chunked on a big run, kept in the store's cache (analyses/per_rank.py)
     return exposed_comm_job_ns(df if ranks is None else df[df["rank"].isin(ranks)])
 
 
