@@ -5,7 +5,7 @@ collective calls), so it can run on a chunk of ranks (Run.subset: views over tho
 chunks' rows, concatenated, are the whole run's. What that buys on a big store:
 
 - memory bounded by a chunk: DuckDB's sorts and windows (interval unions per rank) over 4,096 ranks' 17.5 M CPU
-  ops held 7.7 GB at once; a chunk of CHUNK_RANKS ranks holds an eighth of that;
+  ops held 7.7 GB at once; a chunk holds CHUNK_EVENTS events' worth;
 - the chunks on a Dask cluster (`executor="dask://HOST:PORT"`, the ingest's executor), each worker opening the
   store at the same path (a shared filesystem, as the ingest needs), the rows identical to a local run;
 - a sample: `ranks=` runs the analysis on those ranks only (`tracekit analyze --ranks`), the sample said in the
@@ -27,21 +27,40 @@ PER_RANK = frozenset({
     "temporal_breakdown", "comm_comp_overlap", "exposed_comm", "idle_time_breakdown", "compute_per_step",
     "data_loading", "sync_calls", "small_kernels", "memory_peak", "queue_length_summary",
 })
-# ranks per chunk: 512 ranks of the many-ranks benchmark (~4,300 CPU ops each) hold ~1 GB in DuckDB's windows
-CHUNK_RANKS = 512
+# events per chunk: DuckDB's sorts and windows hold ~200 bytes a row of what they order; 4 M events (800 ranks of the
+# many-ranks benchmark, 4 ranks of a 1 M-event GPU trace) keep a chunk near 1 GB
+CHUNK_EVENTS = 4_000_000
 # the whole run's rows kept in the store's cache (Store.cache_file: the store's contents and the parameters name
 # the file): exposed_comm, which every what-if reads for its measured column (a minute at 4,096 ranks)
 CACHED = frozenset({"exposed_comm"})
 
 
-def chunks(ranks: list[int], size: int = CHUNK_RANKS) -> list[list[int]]:
-    return [ranks[i:i + size] for i in range(0, len(ranks), size)]
+def chunks(ranks: list[int], events: dict[int, int] | None = None, budget: int = CHUNK_EVENTS) -> list[list[int]]:
+    """The ranks in order, cut where the next rank would take a chunk's events (`events`: rank -> count) over
+    `budget`; a rank above it alone. Without counts, `budget` is a number of ranks."""
+    out, cur, total = [], [], 0
+    for r in ranks:
+        n = 1 if events is None else max(1, int(events.get(r, 0)))
+        if cur and total + n > budget:
+            out.append(cur)
+            cur, total = [], 0
+        cur.append(r)
+        total += n
+    if cur:
+        out.append(cur)
+    return out
 
 
-def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chunk_ranks: int = CHUNK_RANKS):
-    """Analysis NAME (one of PER_RANK) on run's ranks (or `ranks`), CHUNK_RANKS ranks at a time: locally one chunk
-    after the other, or on the Dask cluster of `executor` (an Executor or 'dask://HOST:PORT'). Returns the rows of
-    every chunk in rank order; the chunks' notes, once each."""
+def event_counts(run) -> dict[int, int]:
+    """rank -> events stored (the ranks table's event_count)."""
+    df = run.sql("SELECT rank, coalesce(sum(event_count), 0) AS n FROM ranks GROUP BY rank")
+    return dict(zip(df["rank"].astype(int), df["n"].astype(int)))
+
+
+def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chunk_ranks: int | None = None):
+    """Analysis NAME (one of PER_RANK) on run's ranks (or `ranks`), a chunk of ranks at a time (CHUNK_EVENTS events,
+    or chunk_ranks ranks when given): locally one chunk after the other, or on the Dask cluster of `executor` (an
+    Executor or 'dask://HOST:PORT'). Returns the rows of every chunk in rank order; the chunks' notes, once each."""
     from .registry import get
 
     if name not in PER_RANK:
@@ -61,7 +80,10 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
             return pd.read_parquet(cache)
         except (OSError, ValueError):  # unreadable (a disk fault): computed again, and the file replaced
             pass
-    parts = chunks(chosen, max(1, int(chunk_ranks)))
+    if chunk_ranks is not None:
+        parts = chunks(chosen, None, max(1, int(chunk_ranks)))
+    else:
+        parts = chunks(chosen, event_counts(run))
     if executor is not None and not str(executor).startswith("local"):
         frames = _on_dask(run, name, params, parts, executor)
     elif len(parts) == 1 and ranks is None:

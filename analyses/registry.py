@@ -125,10 +125,10 @@ def check_params(name: str, params, spell: Callable[[str], str] = str) -> Analys
 
 def run_analysis(run, name: str, **params):
     """Call analysis NAME on run with params; unknown parameters are the user's error. A per-rank analysis of a
-    run with more ranks than a chunk runs chunk by chunk (analyses/per_rank.py: memory bounded by a chunk)."""
+    run with more events than a chunk runs chunk by chunk (analyses/per_rank.py: memory bounded by a chunk)."""
     a = check_params(name, params)
-    from .per_rank import CACHED, CHUNK_RANKS, PER_RANK, run_per_rank
+    from .per_rank import PER_RANK, run_per_rank
 
-    if name in PER_RANK and hasattr(run, "subset") and (len(run.ranks) > CHUNK_RANKS or name in CACHED):
+    if name in PER_RANK and hasattr(run, "subset"):
         return run_per_rank(run, name, params)
     return a.func(run, **params)

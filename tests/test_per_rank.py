@@ -104,3 +104,9 @@ def test_chunks_on_a_dask_cluster_are_identical_to_local(cpu_run, gpu_run):
             _same(REGISTRY[name].func(run), per_rank.run_per_rank(run, name, {}, executor=spec, chunk_ranks=1))
     finally:
         cluster.close()
+
+
+def test_chunks_cut_at_the_event_budget():
+    events = {0: 3, 1: 3, 2: 5, 3: 1, 4: 9}
+    assert per_rank.chunks([0, 1, 2, 3, 4], events, budget=6) == [[0, 1], [2, 3], [4]]  # 4 alone: over the budget
+    assert per_rank.chunks([0, 1, 2], None, budget=2) == [[0, 1], [2]]
