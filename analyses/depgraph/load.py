@@ -43,11 +43,12 @@ def _span(ranks) -> str:
     return f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 3 else ", ".join(map(str, ranks))
 
 
-def load(run, ranks) -> Loaded:
+def load(run, ranks, comm: pd.DataFrame | None = None) -> Loaded:
+    """comm: the ranks' collective participants, when already read (comm_participants)."""
     return Loaded(cpu=_async_annotations_out(query(run, "_graph_cpu", ranks=ranks)),
                   gpu=query(run, "_graph_gpu", ranks=ranks), cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks),
                   steps=query(run, "_graph_steps", ranks=ranks), hosts=_hosts(run),
-                  comm=comm_participants(run, ranks))
+                  comm=comm_participants(run, ranks) if comm is None else comm.reset_index(drop=True))
 
 
 def _hosts(run) -> pd.DataFrame:

@@ -1,0 +1,105 @@
+"""What a graph of some ranks needs from every rank, and what plans which ranks to build: one linear pass over
+the store, no rank's graph built for it.
+
+A graph of the representatives of a folded replay (replay/fold.py) holds every collective instance as the whole
+run saw it: its barrier starts when the last of all its participants arrived and lasts the transfer all of them
+shared (cut at the first gloo caller's wake-up, any rank's), so the representatives' nodes, edges and lags are
+those the graph of every rank gives them. That needs, of the other ranks, only their participants: the events
+a participant is made of, and the working spans of the gloo callers' threads (analyses/_graph_working.sql, the
+SQL twin of tracks.working_spans). The origin, the steps and the hosts are every rank's as well.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .._sql import query, sql_text
+from ..comms import comm_participants
+from ..intervals import union_spans
+from .collectives import collectives
+from .load import _async_annotations_out, _hosts, select_ranks
+from .model import WAIT_CALLS
+
+
+@dataclass
+class RunWide:
+    """Every rank's part of a graph of some of them (measured times, ns)."""
+
+    ranks: list  # every rank of the store
+    origin_ns: int  # the replay's origin: the earliest CPU op, device op or step of any rank
+    steps: pd.DataFrame  # every rank's steps (as load.Loaded.steps)
+    hosts: pd.DataFrame  # rank, hostname
+    comm: pd.DataFrame  # every rank's collective participants (analyses/comm_participants.sql)
+    colls: pd.DataFrame  # collectives.COLUMNS over every participant
+    members: dict  # {(rank, event_id): coll_id} of every rank
+    laneless: pd.DataFrame  # collectives.LANELESS_COLUMNS of every rank
+    shapes: pd.DataFrame  # rank_shapes': rank, shape, work_ns
+    notes: list = field(default_factory=list)
+
+
+def rank_shapes(run, comm: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per rank (sorted): `shape`, a key equal for ranks that ran the same events in the same order on the same
+    tracks and joined the same collectives, and `work_ns`, its measured working time
+    (analyses/_graph_rank_shapes.sql). comm: every rank's participants (comm_participants), when already read."""
+    ranks = select_ranks(run)
+    df = query(run, "_graph_rank_shapes", ranks=ranks, wait_calls=sorted(WAIT_CALLS))
+    comm = comm_participants(run, ranks) if comm is None else comm
+    joined = comm.groupby("rank").match_key.agg(lambda k: "\x00".join(sorted(map(str, k)))) if len(comm) else {}
+    keys = []
+    for r, s in zip(df["rank"], df["shape"]):
+        h = hashlib.sha1(str(int(s)).encode())
+        h.update(str(joined.get(int(r), "")).encode())
+        keys.append(h.hexdigest())
+    return pd.DataFrame({"rank": df["rank"].astype(np.int64), "shape": keys,
+                         "work_ns": df.work_ns.astype(np.int64)})
+
+
+def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
+    """The collective instances over every participant, the origin, the steps, the hosts and the shapes of every
+    rank."""
+    ranks = select_ranks(run)
+    comm = comm_participants(run, ranks) if comm is None else comm
+    hosts = _hosts(run)
+    steps = query(run, "_graph_steps", ranks=ranks)
+    cpu = _async_annotations_out(query(run, "_graph_comm_cpu", ranks=ranks))
+    cpu = cpu.assign(end_ns=cpu.ts_ns + cpu.dur_ns)
+    kern = comm[comm.kernel_event_id.notna()]
+    gpu = query(run, "_graph_comm_gpu", ranks=ranks, e_rank=kern["rank"].astype(np.int64).tolist(),
+                e_id=kern.kernel_event_id.astype(np.int64).tolist())
+    gpu = gpu.assign(end_ns=gpu.ts_ns + gpu.dur_ns)
+    notes: list = []
+    colls, members, laneless = collectives(comm, hosts, notes, cpu, gpu, _caller_spans(run, comm, cpu))
+    return RunWide(ranks=ranks, origin_ns=_origin(run, ranks, steps), steps=steps, hosts=hosts, comm=comm,
+                   colls=colls, members=members, laneless=laneless, shapes=rank_shapes(run, comm), notes=notes)
+
+
+def _origin(run, ranks, steps) -> int:
+    """The earliest start of a CPU op, device op or step: the origin every graph of the run's ranks shares."""
+    t = [run.sql(f"SELECT min(ts_ns) AS t FROM ({sql_text(name)})", {"ranks": ranks}).t.iloc[0]
+         for name in ("_graph_cpu", "_graph_gpu")]
+    if len(steps):
+        t.append(steps.ts_ns.min())
+    return int(min(x for x in t if not pd.isna(x)))
+
+
+def _caller_spans(run, comm: pd.DataFrame, cpu: pd.DataFrame) -> dict:
+    """{(rank, pid, tid): (starts, ends)}: the working spans (tracks.working_spans) of the threads that called a
+    collective the CPU ran (gloo's), where their waits on it are found."""
+    calls = comm[(comm.timeline == "cpu") & comm.cpu_event_id.notna()][["rank", "cpu_event_id"]]
+    calls = calls.merge(cpu[["rank", "event_id", "pid", "tid"]], left_on=["rank", "cpu_event_id"],
+                        right_on=["rank", "event_id"])[["rank", "pid", "tid"]].drop_duplicates()
+    if calls.empty:
+        return {}
+    t = [calls[c].astype(np.int64).tolist() for c in ("rank", "pid", "tid")]
+    lv = query(run, "_graph_working", ranks=sorted(set(t[0])), t_rank=t[0], t_pid=t[1], t_tid=t[2],
+               wait_calls=sorted(WAIT_CALLS))
+    key = lv[["rank", "pid", "tid"]].to_numpy(np.int64)
+    ts, end = lv.ts_ns.to_numpy(np.int64), lv.end_ns.to_numpy(np.int64)
+    head = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else np.zeros(0, np.int64)
+    out = {}
+    for a, z in zip(head, np.r_[head[1:], len(key)].astype(np.int64)):
+        out[tuple(int(k) for k in key[a])] = union_spans(ts[a:z], end[a:z])
+    return out
