@@ -13,7 +13,7 @@ import pandas as pd
 from analyses import depgraph as _graph
 
 from . import memory
-from .replayer import ReplayResult, replay
+from .replayer import ReplayResult, folds, replay
 
 COLUMNS = {
     "scenario": "scenario name (file stem unless the file names it); 'measured' is the run itself",
@@ -84,11 +84,14 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         from tracekit.errors import TracekitError
 
         raise TracekitError(f"scenario name {dup[0]!r} given twice: name them apart (top-level `name = ...`)")
-    g = _graph.build(run)
     fold = False if out_dir else fold
-    base = replay(run, graph=g, fold=False)
-    meas_exposed = _exposed_ns(run)
     has_memory = memory.has_memory_events(run)
+    # a run that folds is replayed from its representatives' graph alone (replay/fold.py), the measured figures are
+    # the store's; the memory columns read every rank's graph
+    wide = _graph.run_wide(run) if folds(run, fold) and not has_memory else None
+    g = _graph.build(run) if wide is None else None
+    base = replay(run, graph=g, fold=False) if wide is None else replay(run, fold=fold, wide=wide)
+    meas_exposed = _exposed_ns(run)
     s0 = base.summary()
     measured = _job_step(s0, "measured_step_ns")
     par = run.run_manifest().get("parallel") or {}
@@ -101,7 +104,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     rows[0].pop("_notes", None)  # a note on the measured peak is doctor's (oom_risk), not a scenario's
     results = []
     for sc in scens:
-        res = replay(run, sc, graph=g, fold=fold)
+        res = replay(run, sc, graph=g, fold=fold, wide=wide)
         results.append(res)
         s = res.summary()
         pred = _job_step(s, "predicted_step_ns")
