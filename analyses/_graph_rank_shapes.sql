@@ -10,6 +10,8 @@
 --                     GPU: start, event_id)
 -- @column work_ns     measured working time: the rank's innermost CPU events (nothing starts inside them before
 --                     they end) that are no user annotation and no wait call, and its device ops, summed
+-- @column first_ns    the earliest start of its CPU events and device ops (the graph's origin is the earliest of
+--                     every rank's and every step's)
 WITH cpu AS (
 -- @include _graph_cpu
 ), gpu AS (
@@ -19,7 +21,7 @@ WITH cpu AS (
     -- starts at or after its end) and whether it is a top-level operator of no length: such an event gets no piece
     -- of its thread (tracks._cut) while one of some length does, which, unlike the length of a nested one, changes
     -- the graph's shape
-    SELECT rank, pid, tid, cat, name, dur_ns,
+    SELECT rank, pid, tid, cat, name, ts_ns, dur_ns,
            row_number() OVER w AS pos,
            coalesce(lead(ts_ns) OVER w >= ts_ns + dur_ns, true) AS is_leaf,
            dur_ns = 0 AND NOT (is_device_runtime(cat) OR cat = 'user_annotation' OR name LIKE 'c10d::%')
@@ -28,15 +30,17 @@ WITH cpu AS (
     FROM cpu
     WINDOW w AS (PARTITION BY rank, pid, tid ORDER BY ts_ns, ts_ns + dur_ns DESC, event_id)
 ), cpu_tracks AS (
-    SELECT rank, pid, tid, false AS is_gpu, sum(hash(cat, name, lone_instant, pos)::HUGEINT) AS h,
+    SELECT rank, pid, tid, false AS is_gpu, sum(hash(cat, name, lone_instant, pos)::HUGEINT) AS h, min(ts_ns) AS first_ns,
            sum(dur_ns) FILTER (WHERE is_leaf AND cat <> 'user_annotation'
                                      AND NOT list_contains($wait_calls::VARCHAR[], coalesce(name, ''))) AS work_ns
     FROM cpu_events GROUP BY rank, pid, tid
 ), gpu_tracks AS (
-    SELECT rank, pid, tid, true AS is_gpu, sum(hash(name, pos)::HUGEINT) AS h, sum(dur_ns) AS work_ns
-    FROM (SELECT rank, pid, tid, name, dur_ns,
+    SELECT rank, pid, tid, true AS is_gpu, sum(hash(name, pos)::HUGEINT) AS h, min(ts_ns) AS first_ns,
+           sum(dur_ns) AS work_ns
+    FROM (SELECT rank, pid, tid, name, ts_ns, dur_ns,
                  row_number() OVER (PARTITION BY rank, pid, tid ORDER BY ts_ns, event_id) AS pos FROM gpu)
     GROUP BY rank, pid, tid
 )
-SELECT rank, hash(list(h ORDER BY is_gpu, pid, tid)) AS shape, coalesce(sum(work_ns), 0)::BIGINT AS work_ns
+SELECT rank, hash(list(h ORDER BY is_gpu, pid, tid)) AS shape, coalesce(sum(work_ns), 0)::BIGINT AS work_ns,
+       min(first_ns) AS first_ns
 FROM (SELECT * FROM cpu_tracks UNION ALL SELECT * FROM gpu_tracks) GROUP BY rank ORDER BY rank

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .._sql import query, sql_text
+from .._sql import query
 from ..comms import comm_participants
 from ..intervals import union_spans
 from .collectives import collectives
@@ -42,8 +42,8 @@ class RunWide:
 
 def rank_shapes(run, comm: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank (sorted): `shape`, a key equal for ranks that ran the same events in the same order on the same
-    tracks and joined the same collectives, and `work_ns`, its measured working time
-    (analyses/_graph_rank_shapes.sql). comm: every rank's participants (comm_participants), when already read."""
+    tracks and joined the same collectives, `work_ns`, its measured working time, and `first_ns`, its earliest
+    event (analyses/_graph_rank_shapes.sql). comm: every rank's participants (comm_participants), when already read."""
     ranks = select_ranks(run)
     df = query(run, "_graph_rank_shapes", ranks=ranks, wait_calls=sorted(WAIT_CALLS))
     comm = comm_participants(run, ranks) if comm is None else comm
@@ -54,7 +54,7 @@ def rank_shapes(run, comm: pd.DataFrame | None = None) -> pd.DataFrame:
         h.update(str(joined.get(int(r), "")).encode())
         keys.append(h.hexdigest())
     return pd.DataFrame({"rank": df["rank"].astype(np.int64), "shape": keys,
-                         "work_ns": df.work_ns.astype(np.int64)})
+                         "work_ns": df.work_ns.astype(np.int64), "first_ns": df.first_ns.astype(np.int64)})
 
 
 def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
@@ -72,17 +72,11 @@ def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
     gpu = gpu.assign(end_ns=gpu.ts_ns + gpu.dur_ns)
     notes: list = []
     colls, members, laneless = collectives(comm, hosts, notes, cpu, gpu, _caller_spans(run, comm, cpu))
-    return RunWide(ranks=ranks, origin_ns=_origin(run, ranks, steps), steps=steps, hosts=hosts, comm=comm,
-                   colls=colls, members=members, laneless=laneless, shapes=rank_shapes(run, comm), notes=notes)
-
-
-def _origin(run, ranks, steps) -> int:
-    """The earliest start of a CPU op, device op or step: the origin every graph of the run's ranks shares."""
-    t = [run.sql(f"SELECT min(ts_ns) AS t FROM ({sql_text(name)})", {"ranks": ranks}).t.iloc[0]
-         for name in ("_graph_cpu", "_graph_gpu")]
-    if len(steps):
-        t.append(steps.ts_ns.min())
-    return int(min(x for x in t if not pd.isna(x)))
+    shapes = rank_shapes(run, comm)
+    # the origin every graph of the run's ranks shares: the earliest CPU op, device op or step of any rank
+    origin = int(min([shapes.first_ns.min()] + ([steps.ts_ns.min()] if len(steps) else [])))
+    return RunWide(ranks=ranks, origin_ns=origin, steps=steps, hosts=hosts, comm=comm, colls=colls, members=members,
+                   laneless=laneless, shapes=shapes, notes=notes)
 
 
 def _caller_spans(run, comm: pd.DataFrame, cpu: pd.DataFrame) -> dict:
