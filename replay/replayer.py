@@ -184,16 +184,18 @@ def _open(store_or_run):
 FOLD_AUTO_RANKS = 64  # fold="auto" folds runs with more ranks than this
 
 
-def folds(run, fold) -> bool:
-    """Whether a replay of every rank of run folds: fold True, or "auto" with more than FOLD_AUTO_RANKS ranks."""
+def folds(run, fold, wide=None) -> bool:
+    """Whether a replay of every rank of run folds: fold True, or "auto" with more than FOLD_AUTO_RANKS ranks
+    (wide: depgraph.run_wide(run), when read)."""
     if fold is True or fold is False:
         return fold
-    if not isinstance(fold, str):  # a Folding: its classes, on the graph of every rank
+    if fold != "auto":  # a Folding: its classes, cut from the graph of every rank
         return False
-    return fold == "auto" and int(run.sql("SELECT count(*) AS n FROM ranks").n.iloc[0]) > FOLD_AUTO_RANKS
+    n = len(wide.ranks) if wide is not None else int(run.sql("SELECT count(*) AS n FROM ranks").n.iloc[0])
+    return n > FOLD_AUTO_RANKS
 
 
-def _fold_built(full, fold, tolerance: float, keep: set):
+def _fold_graph(full, fold, tolerance: float, keep: set):
     """The graph given (or built) of every rank, folded when fold says so (a Folding: into its classes): (graph,
     folding or None)."""
     from . import fold as _fold
@@ -222,19 +224,19 @@ def _fold_first(run, wide, tolerance: float, keep: set):
 def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool | None = None, graph=None, fold="auto",
            fold_tolerance: float = 0.05, wide=None) -> ReplayResult:
     """Replay a run (a trace directory, a store directory or a tracekit Run), optionally under a what-if
-    scenario (a Scenario or a scenario file path). fold: True / False / "auto" (more than 64 ranks) / a
-    replay.fold.Folding (its classes, on the graph of every rank):
-    replay ranks whose graphs are identical up to fold_tolerance once (replay/fold.py); of every rank (no
-    graph, no ranks given) the classes are planned from the store and only the representatives' graph is
-    built. wide: depgraph.run_wide(run), when several replays of the run share it. Returns a ReplayResult."""
+    scenario (a Scenario or a scenario file path). fold: True / False / "auto" (more than 64 ranks):
+    replay ranks whose graphs are identical up to fold_tolerance once (replay/fold.py); a replay of every
+    rank (no graph, no ranks given) plans the classes from the store and builds only the representatives'
+    graph; a replay.fold.Folding: its classes, cut from the graph of every rank. wide: depgraph.run_wide(run),
+    when several replays of the run share it. Returns a ReplayResult."""
     run = _open(store_or_run)
     scen = _scenario(scenario)  # a bad scenario file fails before any work
     t = time.perf_counter()
     own = set(scen.compute.rank_slowdown) if scen is not None else set()  # ranks a scenario changes on their own
-    if graph is None and ranks is None and folds(run, fold):
+    if graph is None and ranks is None and folds(run, fold, wide):
         g, folding = _fold_first(run, wide, fold_tolerance, own)
     else:
-        g, folding = _fold_built(graph if graph is not None else _graph.build(run, ranks), fold, fold_tolerance, own)
+        g, folding = _fold_graph(graph if graph is not None else _graph.build(run, ranks), fold, fold_tolerance, own)
     build_s = time.perf_counter() - t
     dur, lag, model_notes, info = apply_models(g, scen, run)
     t = time.perf_counter()

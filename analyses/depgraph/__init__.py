@@ -64,11 +64,11 @@ def build(run, ranks=None, wide: RunWide | None = None) -> Graph:
     the origin and the steps are every rank's, so that the given ranks' nodes, edges and lags are those the graph of
     every rank gives them; a barrier waits only on the given ranks' arrivals (the others' are the folding's to add:
     replay/fold.py), and one none of them joins is left without edges."""
-    ranks = select_ranks(run, ranks)
     if wide is None:
+        ranks = select_ranks(run, ranks)
         return _assemble(load(run, ranks), ranks)
-    d = load(run, ranks, comm=wide.comm[wide.comm["rank"].isin(ranks)])
-    d.steps, d.hosts = wide.steps, wide.hosts
+    ranks = select_ranks(run, ranks, wide.ranks)
+    d = load(run, ranks, comm=wide.comm[wide.comm["rank"].isin(ranks)], steps=wide.steps, hosts=wide.hosts)
     return _assemble(d, ranks, wide)
 
 

@@ -40,7 +40,7 @@ class RunWide:
     notes: list = field(default_factory=list)
 
 
-def rank_shapes(run, comm: pd.DataFrame | None = None) -> pd.DataFrame:
+def rank_shapes(run, comm: pd.DataFrame | None = None, ranks: list | None = None) -> pd.DataFrame:
     """Per rank (sorted): `shape`, a key equal for ranks that ran the same events in the same order on the same
     tracks and joined the same collectives, `work_ns`, its measured working time, and `first_ns`, its earliest
     event (analyses/_graph_rank_shapes.sql). comm: every rank's participants (comm_participants), when already read."""
@@ -72,7 +72,7 @@ def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
     gpu = gpu.assign(end_ns=gpu.ts_ns + gpu.dur_ns)
     notes: list = []
     colls, members, laneless = collectives(comm, hosts, notes, cpu, gpu, _caller_spans(run, comm, cpu))
-    shapes = rank_shapes(run, comm)
+    shapes = rank_shapes(run, comm, ranks)
     # the origin every graph of the run's ranks shares: the earliest CPU op, device op or step of any rank
     origin = int(min([shapes.first_ns.min()] + ([steps.ts_ns.min()] if len(steps) else [])))
     return RunWide(ranks=ranks, origin_ns=origin, steps=steps, hosts=hosts, comm=comm, colls=colls, members=members,
