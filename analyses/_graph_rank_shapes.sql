@@ -5,11 +5,11 @@
 -- them: CPU threads before GPU streams, by pid and tid); which collectives they joined is the caller's to add.
 --
 -- @column rank        global rank
--- @column shape       hash of the rank's tracks in order, each the hash of its events' (cat, name) in the graph's
---                     order (CPU: start, longest first, event_id, and whether a top-level operator is of no length;
---                     GPU: start, event_id)
--- @column work_ns     measured working time: the rank's innermost CPU events (nothing starts inside them before
---                     they end) that are no user annotation and no wait call, and its device ops, summed
+-- @column shape       hash of the rank's tracks in order, each the sum of the hashes of its events' (cat, name,
+--                     place) in the graph's order (CPU: start, longest first, event_id, and whether a top-level
+--                     operator is of no length; GPU: start, event_id)
+-- @column work_ns     measured working time: the rank's working leaves (the innermost CPU operators and runtime
+--                     calls, tracks.working_spans') and its device ops, summed
 -- @column first_ns    the earliest start of its CPU events and device ops (the graph's origin is the earliest of
 --                     every rank's and every step's)
 WITH cpu AS (
@@ -17,22 +17,23 @@ WITH cpu AS (
 ), gpu AS (
 -- @include _graph_gpu
 ), cpu_events AS (
-    -- one sort per thread (the graph's order) gives each event its place, whether it is a leaf (the next one
-    -- starts at or after its end) and whether it is a top-level operator of no length: such an event gets no piece
-    -- of its thread (tracks._cut) while one of some length does, which, unlike the length of a nested one, changes
-    -- the graph's shape
-    SELECT rank, pid, tid, cat, name, ts_ns, dur_ns,
+    -- one sort per thread (the graph's order) gives each event its place, whether it is a working leaf (no user
+    -- annotation, no wait call, and the next such starts at or after its end: tracks.working_spans' leaves, as
+    -- _graph_working.sql finds them) and whether it is a top-level operator of no length: such an event gets no
+    -- piece of its thread (tracks._cut) while one of some length does, which, unlike the length of a nested one,
+    -- changes the graph's shape
+    SELECT rank, pid, tid, cat, name, ts_ns, dur_ns, working,
            row_number() OVER w AS pos,
-           coalesce(lead(ts_ns) OVER w >= ts_ns + dur_ns, true) AS is_leaf,
+           coalesce(lead(CASE WHEN working THEN ts_ns END IGNORE NULLS) OVER w >= ts_ns + dur_ns, true) AS is_leaf,
            dur_ns = 0 AND NOT (is_device_runtime(cat) OR cat = 'user_annotation' OR name LIKE 'c10d::%')
                AND coalesce(max(ts_ns + dur_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= ts_ns,
                             true) AS lone_instant
-    FROM cpu
+    FROM (SELECT *, cat <> 'user_annotation' AND NOT list_contains($wait_calls::VARCHAR[], coalesce(name, '')) AS working
+          FROM cpu)
     WINDOW w AS (PARTITION BY rank, pid, tid ORDER BY ts_ns, ts_ns + dur_ns DESC, event_id)
 ), cpu_tracks AS (
     SELECT rank, pid, tid, false AS is_gpu, sum(hash(cat, name, lone_instant, pos)::HUGEINT) AS h, min(ts_ns) AS first_ns,
-           sum(dur_ns) FILTER (WHERE is_leaf AND cat <> 'user_annotation'
-                                     AND NOT list_contains($wait_calls::VARCHAR[], coalesce(name, ''))) AS work_ns
+           sum(dur_ns) FILTER (WHERE working AND is_leaf) AS work_ns
     FROM cpu_events GROUP BY rank, pid, tid
 ), gpu_tracks AS (
     SELECT rank, pid, tid, true AS is_gpu, sum(hash(name, pos)::HUGEINT) AS h, min(ts_ns) AS first_ns,
