@@ -6,12 +6,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import tracekit
 from analyses import depgraph
 from analyses.depgraph.tracks import working_spans
-from analyses.depgraph.wide import _caller_spans
+from analyses.depgraph.wide import _tracks, caller_spans
 from replay import fold as _fold
 from replay.replayer import replay
 from replay.scenario import scenario_from_dict
@@ -59,7 +60,7 @@ def test_the_representatives_graph_is_the_full_graph_folded(run72, full72, wide7
     assert built.colls.astype(str).equals(full72.colls.astype(str))
 
 
-def test_the_sql_working_spans_are_working_spans(run72, wide72):
+def test_the_sql_working_spans_are_working_spans(run72):
     from analyses._sql import query
     from analyses.depgraph.load import _async_annotations_out
 
@@ -67,9 +68,9 @@ def test_the_sql_working_spans_are_working_spans(run72, wide72):
     cpu = _async_annotations_out(query(run72, "_graph_cpu", ranks=ranks))
     cpu = cpu.assign(end_ns=cpu.ts_ns + cpu.dur_ns)
     want = working_spans(cpu)
-    comm = wide72.comm[wide72.comm["rank"].isin(ranks)]
-    got = _caller_spans(run72, comm, cpu)
-    assert got
+    threads = pd.DataFrame(list(want), columns=["rank", "pid", "tid"])  # every CPU thread, not only the callers
+    got = caller_spans(_tracks(run72, ranks, threads))
+    assert set(got) == {k for k, (s, _) in want.items() if len(s)}
     for key, (s, e) in got.items():
         assert np.array_equal(s, want[key][0]) and np.array_equal(e, want[key][1]), key
 

@@ -5,8 +5,9 @@ A graph of the representatives of a folded replay (replay/fold.py) holds every c
 run saw it: its barrier starts when the last of all its participants arrived and lasts the transfer all of them
 shared (cut at the first gloo caller's wake-up, any rank's), so the representatives' nodes, edges and lags are
 those the graph of every rank gives them. That needs, of the other ranks, only their participants: the events
-a participant is made of, and the working spans of the gloo callers' threads (analyses/_graph_working.sql, the
-SQL twin of tracks.working_spans). The origin, the steps and the hosts are every rank's as well.
+a participant is made of, and the working spans of the gloo callers' threads (their working leaves, from the
+pass that hashes every track: analyses/_graph_rank_shapes.sql, the SQL twin of tracks.working_spans' leaves).
+The origin, the steps and the hosts are every rank's as well.
 """
 from __future__ import annotations
 
@@ -43,18 +44,11 @@ class RunWide:
 def rank_shapes(run, comm: pd.DataFrame | None = None, ranks: list | None = None) -> pd.DataFrame:
     """Per rank (sorted): `shape`, a key equal for ranks that ran the same events in the same order on the same
     tracks and joined the same collectives, `work_ns`, its measured working time, and `first_ns`, its earliest
-    event (analyses/_graph_rank_shapes.sql). comm: every rank's participants (comm_participants), when already read."""
-    ranks = select_ranks(run)
-    df = query(run, "_graph_rank_shapes", ranks=ranks, wait_calls=sorted(WAIT_CALLS))
+    event (analyses/_graph_rank_shapes.sql). comm: every rank's participants (comm_participants), ranks: every
+    rank, when already read."""
+    ranks = select_ranks(run) if ranks is None else ranks
     comm = comm_participants(run, ranks) if comm is None else comm
-    joined = comm.groupby("rank").match_key.agg(lambda k: "\x00".join(sorted(map(str, k)))) if len(comm) else {}
-    keys = []
-    for r, s in zip(df["rank"], df["shape"]):
-        h = hashlib.sha1(str(int(s)).encode())
-        h.update(str(joined.get(int(r), "")).encode())
-        keys.append(h.hexdigest())
-    return pd.DataFrame({"rank": df["rank"].astype(np.int64), "shape": keys,
-                         "work_ns": df.work_ns.astype(np.int64), "first_ns": df.first_ns.astype(np.int64)})
+    return _shapes(_tracks(run, ranks), comm)
 
 
 def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
@@ -70,30 +64,47 @@ def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
     gpu = query(run, "_graph_comm_gpu", ranks=ranks, e_rank=kern["rank"].astype(np.int64).tolist(),
                 e_id=kern.kernel_event_id.astype(np.int64).tolist())
     gpu = gpu.assign(end_ns=gpu.ts_ns + gpu.dur_ns)
+    # the threads that called a collective the CPU ran (gloo's): their working spans are where their waits are found
+    calls = comm[(comm.timeline == "cpu") & comm.cpu_event_id.notna()][["rank", "cpu_event_id"]]
+    callers = calls.merge(cpu[["rank", "event_id", "pid", "tid"]], left_on=["rank", "cpu_event_id"],
+                          right_on=["rank", "event_id"])[["rank", "pid", "tid"]].drop_duplicates()
+    tracks = _tracks(run, ranks, callers)
     notes: list = []
-    colls, members, laneless = collectives(comm, hosts, notes, cpu, gpu, _caller_spans(run, comm, cpu))
-    shapes = rank_shapes(run, comm, ranks)
+    colls, members, laneless = collectives(comm, hosts, notes, cpu, gpu, caller_spans(tracks))
+    shapes = _shapes(tracks, comm)
     # the origin every graph of the run's ranks shares: the earliest CPU op, device op or step of any rank
     origin = int(min([shapes.first_ns.min()] + ([steps.ts_ns.min()] if len(steps) else [])))
     return RunWide(ranks=ranks, origin_ns=origin, steps=steps, hosts=hosts, comm=comm, colls=colls, members=members,
                    laneless=laneless, shapes=shapes, notes=notes)
 
 
-def _caller_spans(run, comm: pd.DataFrame, cpu: pd.DataFrame) -> dict:
-    """{(rank, pid, tid): (starts, ends)}: the working spans (tracks.working_spans) of the threads that called a
-    collective the CPU ran (gloo's), where their waits on it are found."""
-    calls = comm[(comm.timeline == "cpu") & comm.cpu_event_id.notna()][["rank", "cpu_event_id"]]
-    calls = calls.merge(cpu[["rank", "event_id", "pid", "tid"]], left_on=["rank", "cpu_event_id"],
-                        right_on=["rank", "event_id"])[["rank", "pid", "tid"]].drop_duplicates()
-    if calls.empty:
-        return {}
-    t = [calls[c].astype(np.int64).tolist() for c in ("rank", "pid", "tid")]
-    lv = query(run, "_graph_working", ranks=sorted(set(t[0])), t_rank=t[0], t_pid=t[1], t_tid=t[2],
-               wait_calls=sorted(WAIT_CALLS))
-    key = lv[["rank", "pid", "tid"]].to_numpy(np.int64)
-    ts, end = lv.ts_ns.to_numpy(np.int64), lv.end_ns.to_numpy(np.int64)
-    head = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)]) if len(key) else np.zeros(0, np.int64)
+def _tracks(run, ranks, callers: pd.DataFrame | None = None) -> pd.DataFrame:
+    """analyses/_graph_rank_shapes.sql: per track its hash, working time and first event; the working leaves of the
+    callers' threads (rank, pid, tid)."""
+    t = [[] if callers is None else callers[c].astype(np.int64).tolist() for c in ("rank", "pid", "tid")]
+    return query(run, "_graph_rank_shapes", ranks=ranks, wait_calls=sorted(WAIT_CALLS), t_rank=t[0], t_pid=t[1],
+                 t_tid=t[2])
+
+
+def _shapes(tracks: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:
+    """rank_shapes' columns from the tracks (in the graph's order) and the collectives each rank joined."""
+    joined = comm.groupby("rank").match_key.agg(lambda k: "\x00".join(sorted(map(str, k)))) if len(comm) else {}
+    rows = []
+    for r, tr in tracks.groupby("rank", sort=True):
+        h = hashlib.sha1(",".join(str(int(x)) for x in tr.h).encode())
+        h.update(str(joined.get(int(r), "")).encode())
+        rows.append((int(r), h.hexdigest(), int(tr.work_ns.sum()), int(tr.first_ns.min())))
+    return pd.DataFrame(rows, columns=["rank", "shape", "work_ns", "first_ns"])
+
+
+def caller_spans(tracks: pd.DataFrame) -> dict:
+    """{(rank, pid, tid): (starts, ends)}: the working spans (tracks.working_spans) of the threads _tracks was given,
+    from their working leaves."""
     out = {}
-    for a, z in zip(head, np.r_[head[1:], len(key)].astype(np.int64)):
-        out[tuple(int(k) for k in key[a])] = union_spans(ts[a:z], end[a:z])
+    for r, pid, tid, ts, end in zip(tracks["rank"], tracks.pid, tracks.tid, tracks.leaf_ts, tracks.leaf_end):
+        if ts is None or (not isinstance(ts, np.ndarray) and pd.isna(ts)):
+            continue
+        ts, end = np.asarray(ts, np.int64), np.asarray(end, np.int64)
+        o = np.lexsort((-end, ts))  # the order working_spans unions them in: start, longest first
+        out[(int(r), int(pid), int(tid))] = union_spans(ts[o], end[o])
     return out
