@@ -119,3 +119,18 @@ def test_a_fold_first_whatif_matches_the_full_graph_folded_the_same_way(run72, f
         assert first.loc["links4x", c] == unfolded.loc["links4x", c]
     a, b = unfolded.loc["links4x", "predicted_step_ns"], first.loc["links4x", "predicted_step_ns"]
     assert abs(b - a) <= 0.01 * a, (a, b)
+
+
+def test_nccl_collectives_of_unbuilt_ranks_keep_the_representatives_graph(tmp_path):
+    # a real NCCL job (Megatron TP8): its ranks differ, so nothing folds on its own; folding ranks 4-7 into 0-3 by
+    # hand still gives the graph of every rank cut down, through the kernels' participants
+    from .conftest import shared_trace_dir
+
+    run = tracekit.open(shared_trace_dir("astra-sim/megatron_tp8"), store=str(tmp_path / "store"))
+    full, wide = depgraph.build(run), depgraph.run_wide(run)
+    assert wide.colls.astype(str).equals(full.colls.astype(str)) and wide.origin_ns == full.origin_ns
+    folding = _fold.Folding({r: r % 4 for r in range(8)}, 4, 0.05)
+    built = _fold.fold_built(depgraph.build(run, [0, 1, 2, 3], wide=wide), folding)
+    cut = _fold.fold(full, folding)
+    for k in ("kind", "rank", "start_ns", "dur_ns", "coll", "src", "dst", "from_end", "edge_kind", "lag_ns"):
+        assert np.array_equal(getattr(built, k), getattr(cut, k)), k
