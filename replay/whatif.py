@@ -88,7 +88,9 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     has_memory = memory.has_memory_events(run)
     # a run that folds is replayed from its representatives' graph alone (replay/fold.py), the measured figures are
     # the store's; the memory columns read every rank's graph
-    wide = _graph.run_wide(run) if folds(run, fold) and not has_memory else None
+    fold_first = folds(run, fold)
+    folded_late = fold_first and has_memory
+    wide = _graph.run_wide(run) if fold_first and not folded_late else None
     g = _graph.build(run) if wide is None else None
     base = replay(run, graph=g, fold=False) if wide is None else replay(run, fold=fold, wide=wide)
     meas_exposed = _exposed_ns(run)
@@ -121,6 +123,9 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
                "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": exp,
                **_memory_columns(run, g, sc, res, has_memory)}
         res.notes.extend(row.pop("_notes", []))
+        if folded_late and res.folding is not None:
+            res.notes.append("the run has [memory] events, whose peaks read every rank's graph: it was built in full "
+                             "and folded after")
         if sc.optical is not None:
             row["reconfigurations"] = res.info.reconfigurations
         if sc.failures is not None:
