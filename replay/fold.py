@@ -7,6 +7,15 @@ others take its predicted times. Each collective keeps the arrival of its folded
 as a measured offset after the latest representative (an extra lag on the barrier), so the baseline
 stays exact; under a what-if the folded ranks are assumed to keep that offset, which is the stated
 approximation (bounded by the tolerance).
+
+Two ways to the same folded graph. `plan` + `fold` cut the graph of every rank down to the
+representatives. `plan_from_store` + `fold_built` never build the others: the classes come from one pass
+over the store (depgraph.rank_shapes: the same events in the same order on the same tracks, the same
+collectives, and the measured working time within tolerance), the representatives' graph is built with
+every rank's collective instances (depgraph.run_wide), and the barriers get the same lags. The store's
+shape stands for the graph's: two ranks with the same events in the same order get the same nodes unless
+their timing cuts a thread differently (a gap in one where the other's ops touch or overlap), which the
+tolerance on working time does not rule out; a class can then hold ranks whose graphs differ in a piece.
 """
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ import hashlib
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 
 from analyses import depgraph as _graph
 
@@ -52,6 +62,25 @@ def plan(g, tolerance: float = 0.05, keep=()) -> Folding:
         ids = order[bounds[k]:bounds[k + 1]]
         shapes.setdefault(_signature(g, ids) if r not in keep else f"keep:{r}", []).append(r)
         total[r] = float(weight[ids].sum())
+    return _classes(shapes, total, tolerance)
+
+
+def plan_from_store(shapes, tolerance: float = 0.05, keep=()) -> Folding:
+    """plan's classes from the store alone: shapes is depgraph.rank_shapes' (rank, shape, work_ns); ranks of one
+    shape whose measured working time is within tolerance fold together (the module docstring says what the
+    store's shape stands for)."""
+    by_shape: dict = {}
+    total = {}
+    for r, s, w in zip(shapes["rank"], shapes["shape"], shapes["work_ns"]):
+        r = int(r)
+        by_shape.setdefault(s if r not in keep else f"keep:{r}", []).append(r)
+        total[r] = float(w)
+    return _classes(by_shape, total, tolerance)
+
+
+def _classes(shapes: dict, total: dict, tolerance: float) -> Folding:
+    """shapes: {shape: [rank]}; within each shape, the medoid of the remaining ranks by total time represents
+    those within tolerance of it, until none remain."""
     rep = {}
     classes = 0
     for members in shapes.values():
@@ -96,7 +125,32 @@ def fold(g, folding: Folding):
                   start_ns=g.start_ns[keep], dur_ns=g.dur_ns[keep], coll=g.coll[keep], name=g.name[keep],
                   src=src, dst=dst, from_end=g.from_end[e_keep], edge_kind=kind, lag_ns=lag,
                   ranks=sorted(reps), notes=list(g.notes), stats=dict(g.stats))
-    out.notes.append(f"folded {folding.folded_ranks} of {len(folding.representative)} ranks into {folding.classes} "
-                     f"replayed ones (same graph shape, measured time within {100 * folding.tolerance:g}%); "
-                     "--no-fold replays every rank")
+    out.notes.append(_note(folding))
     return out
+
+
+def fold_built(g, folding: Folding):
+    """The graph of the representatives alone, built with every rank's collective instances (depgraph.build with
+    run_wide's): as fold gives it, each barrier's kept arrivals late by the measured offset of the last
+    folded-away one. Built alone, only the latest kept arrival binds the barrier (its lag is that offset); fold
+    gives every kept arrival the offset. g is changed in place and returned."""
+    arrive = np.flatnonzero(g.edge_kind == _graph.E["arrive"])
+    if len(arrive) and len(g.colls):
+        # the barriers some of whose participants were folded away (present_ranks: every rank's)
+        ranks = set(g.ranks)
+        partial = np.array([not set(map(int, p)) <= ranks for p in g.colls.present_ranks], bool)
+        b = g.dst[arrive]
+        coll = g.coll[b]
+        sel = partial[coll]
+        arrive, b = arrive[sel], b[sel]
+        if len(arrive):
+            latest = pd.Series(g.start_ns[g.src[arrive]]).groupby(b).transform("max").to_numpy(np.int64)
+            g.lag_ns[arrive] = np.maximum(g.start_ns[b] - latest, 0)
+    g.notes.append(_note(folding))
+    return g
+
+
+def _note(folding: Folding) -> str:
+    return (f"folded {folding.folded_ranks} of {len(folding.representative)} ranks into {folding.classes} "
+            f"replayed ones (same graph shape, measured time within {100 * folding.tolerance:g}%); "
+            "--no-fold replays every rank")

@@ -185,27 +185,59 @@ def _open(store_or_run):
 FOLD_AUTO_RANKS = 64  # fold="auto" folds runs with more ranks than this
 
 
+def folds(run, fold, wide=None) -> bool:
+    """Whether a replay of every rank of run folds: fold True, or "auto" with more than FOLD_AUTO_RANKS ranks
+    (wide: depgraph.run_wide(run), when read)."""
+    if fold is True or fold is False:
+        return fold
+    if fold != "auto":  # a Folding: its classes, cut from the graph of every rank
+        return False
+    n = len(wide.ranks) if wide is not None else int(run.sql("SELECT count(*) AS n FROM ranks").n.iloc[0])
+    return n > FOLD_AUTO_RANKS
+
+
+def _fold_graph(full, fold, tolerance: float, keep: set):
+    """The graph given (or built) of every rank, folded when fold says so (a Folding: into its classes): (graph,
+    folding or None)."""
+    from . import fold as _fold
+
+    if isinstance(fold, _fold.Folding):
+        return _fold.fold(full, fold), fold
+    if fold is True or (fold == "auto" and len(full.ranks) > FOLD_AUTO_RANKS):
+        folding = _fold.plan(full, tolerance, keep=keep)
+        if folding.folded_ranks:
+            return _fold.fold(full, folding), folding
+    return full, None
+
+
+def _fold_first(run, wide, tolerance: float, keep: set):
+    """Fold before building: classes from the store, the representatives' graph alone (replay/fold.py)."""
+    from . import fold as _fold
+
+    wide = wide if wide is not None else _graph.run_wide(run)
+    folding = _fold.plan_from_store(wide.shapes, tolerance, keep=keep)
+    if not folding.folded_ranks:
+        return _graph.build(run), None
+    reps = sorted(set(folding.representative.values()))
+    return _fold.fold_built(_graph.build(run, reps, wide=wide), folding), folding
+
+
 def replay(store_or_run, scenario=None, *, ranks=None, compiled: bool | None = None, graph=None, fold="auto",
-           fold_tolerance: float = 0.05) -> ReplayResult:
+           fold_tolerance: float = 0.05, wide=None) -> ReplayResult:
     """Replay a run (a trace directory, a store directory or a tracekit Run), optionally under a what-if
     scenario (a Scenario or a scenario file path). fold: True / False / "auto" (more than 64 ranks):
-    replay ranks whose graphs are identical up to fold_tolerance once (replay/fold.py). Returns a
-    ReplayResult."""
+    replay ranks whose graphs are identical up to fold_tolerance once (replay/fold.py); a replay of every
+    rank (no graph, no ranks given) plans the classes from the store and builds only the representatives'
+    graph; a replay.fold.Folding: its classes, cut from the graph of every rank. wide: depgraph.run_wide(run),
+    when several replays of the run share it. Returns a ReplayResult."""
     run = _open(store_or_run)
     scen = _scenario(scenario)  # a bad scenario file fails before any work
     t = time.perf_counter()
-    full = graph if graph is not None else _graph.build(run, ranks)
-    folding = None
-    g = full
-    if fold is True or (fold == "auto" and len(full.ranks) > FOLD_AUTO_RANKS):
-        from . import fold as _fold
-
-        own = scen.compute.rank_slowdown if scen is not None else {}
-        folding = _fold.plan(full, fold_tolerance, keep=set(own))
-        if folding.folded_ranks:
-            g = _fold.fold(full, folding)
-        else:
-            folding = None
+    own = set(scen.compute.rank_slowdown) if scen is not None else set()  # ranks a scenario changes on their own
+    if graph is None and ranks is None and folds(run, fold, wide):
+        g, folding = _fold_first(run, wide, fold_tolerance, own)
+    else:
+        g, folding = _fold_graph(graph if graph is not None else _graph.build(run, ranks), fold, fold_tolerance, own)
     build_s = time.perf_counter() - t
     dur, lag, model_notes, info = apply_models(g, scen, run)
     t = time.perf_counter()

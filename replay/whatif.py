@@ -13,7 +13,7 @@ import pandas as pd
 from analyses import depgraph as _graph
 
 from . import memory
-from .replayer import ReplayResult, replay
+from .replayer import ReplayResult, folds, replay
 
 COLUMNS = {
     "scenario": "scenario name (file stem unless the file names it); 'measured' is the run itself",
@@ -85,11 +85,16 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
         from tracekit.errors import TracekitError
 
         raise TracekitError(f"scenario name {dup[0]!r} given twice: name them apart (top-level `name = ...`)")
-    g = _graph.build(run)
     fold = False if out_dir else fold
-    base = replay(run, graph=g, fold=False)
-    meas_exposed = _exposed_ns(run)
     has_memory = memory.has_memory_events(run)
+    # a run that folds is replayed from its representatives' graph alone (replay/fold.py), the measured figures are
+    # the store's; the memory columns read every rank's graph
+    fold_first = folds(run, fold)
+    folded_late = fold_first and has_memory
+    wide = _graph.run_wide(run) if fold_first and not folded_late else None
+    g = _graph.build(run) if wide is None else None
+    base = replay(run, graph=g, fold=False) if wide is None else replay(run, fold=fold, wide=wide)
+    meas_exposed = _exposed_ns(run)
     s0 = base.summary()
     measured = _job_step(s0, "measured_step_ns")
     par = run.run_manifest().get("parallel") or {}
@@ -102,7 +107,7 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     rows[0].pop("_notes", None)  # a note on the measured peak is doctor's (oom_risk), not a scenario's
     results = []
     for sc in scens:
-        res = replay(run, sc, graph=g, fold=fold)
+        res = replay(run, sc, graph=g, fold=fold, wide=wide)
         results.append(res)
         s = res.summary()
         pred = _job_step(s, "predicted_step_ns")
@@ -119,6 +124,9 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
                "measured_exposed_comm_ns": meas_exposed, "exposed_comm_ns": exp,
                **_memory_columns(run, g, sc, res, has_memory)}
         res.notes.extend(row.pop("_notes", []))
+        if folded_late and res.folding is not None:
+            res.notes.append("the run has [memory] events, whose peaks read every rank's graph: it was built in full "
+                             "and folded after")
         if sc.optical is not None:
             row["reconfigurations"] = res.info.reconfigurations
         if sc.failures is not None:

@@ -53,17 +53,26 @@ from .lags import bind_lags
 from .load import Loaded, load, select_ranks
 from .model import EDGE_KINDS, KINDS, SYNC_CALLS, WAIT_CALLS, Builder, E, Graph, K, NodeMap
 from .tracks import add_roles, add_tracks, track_table, working_spans
+from .wide import RunWide, rank_shapes, run_wide
 
-__all__ = ["E", "EDGE_KINDS", "Graph", "K", "KINDS", "SYNC_CALLS", "WAIT_CALLS", "build"]
-
-
-def build(run, ranks=None) -> Graph:
-    """The dependency graph of the run's ranks (default: all of them)."""
-    ranks = select_ranks(run, ranks)
-    return _assemble(load(run, ranks), ranks)
+__all__ = ["E", "EDGE_KINDS", "Graph", "K", "KINDS", "RunWide", "SYNC_CALLS", "WAIT_CALLS", "build", "rank_shapes",
+           "run_wide"]
 
 
-def _assemble(d: Loaded, ranks) -> Graph:
+def build(run, ranks=None, wide: RunWide | None = None) -> Graph:
+    """The dependency graph of the run's ranks (default: all of them). wide (run_wide's): the collective instances,
+    the origin and the steps are every rank's, so that the given ranks' nodes, edges and lags are those the graph of
+    every rank gives them; a barrier waits only on the given ranks' arrivals (the others' are the folding's to add:
+    replay/fold.py), and one none of them joins is left without edges."""
+    if wide is None:
+        ranks = select_ranks(run, ranks)
+        return _assemble(load(run, ranks), ranks)
+    ranks = select_ranks(run, ranks, wide.ranks)
+    d = load(run, ranks, comm=wide.comm[wide.comm["rank"].isin(ranks)], steps=wide.steps, hosts=wide.hosts)
+    return _assemble(d, ranks, wide)
+
+
+def _assemble(d: Loaded, ranks, wide: RunWide | None = None) -> Graph:
     cpu, gpu, steps = d.cpu, d.gpu, d.steps
     if cpu.empty and gpu.empty:
         raise TracekitError("no CPU ops, runtime calls or GPU ops with durations in the selected ranks: "
@@ -72,9 +81,15 @@ def _assemble(d: Loaded, ranks) -> Graph:
     cpu = cpu.assign(end_ns=cpu.ts_ns + cpu.dur_ns)
     gpu = gpu.assign(end_ns=gpu.ts_ns + gpu.dur_ns)
     # the origin precedes every node and every step annotation (a step can open before its first op)
-    t0 = int(min(x.ts_ns.min() for x in (cpu, gpu, steps) if len(x)))
+    t0 = int(min(x.ts_ns.min() for x in (cpu, gpu, steps) if len(x))) if wide is None else wide.origin_ns
     tracks = track_table(cpu, gpu)
-    colls, members, laneless = collectives(d.comm, d.hosts, notes, cpu, gpu, working_spans(cpu) if len(cpu) else {})
+    if wide is None:
+        colls, members, laneless = collectives(d.comm, d.hosts, notes, cpu, gpu, working_spans(cpu) if len(cpu) else {})
+    else:
+        loaded = set(ranks)
+        colls, laneless = wide.colls, wide.laneless[wide.laneless["rank"].isin(loaded)]
+        members = {k: c for k, c in wide.members.items() if k[0] in loaded}
+        notes.extend(wide.notes)
     nodes = NodeMap()
     add_roles(nodes, cpu, members)
 
@@ -101,7 +116,9 @@ def _assemble(d: Loaded, ranks) -> Graph:
         # a collective none of whose calls is a participant node (each spans several CPU pieces: see the note)
         # has a barrier nothing arrives at: it starts from the origin, at its measured time
         has_in = nb.has_incoming()
-        orphans = [b for b in bar_ids.values() if not has_in[b]]
+        joined = bar_ids if wide is None else {c: b for c, b, rks in zip(colls.coll_id, bar_ids.values(),
+                                                                          colls.present_ranks) if loaded & set(rks)}
+        orphans = [b for b in joined.values() if not has_in[b]]
         if orphans:
             nb.link([origin] * len(orphans), orphans, True, "origin")
 

@@ -24,9 +24,10 @@ class Loaded:
     comm: pd.DataFrame  # collective participants (analyses/comm_participants.sql)
 
 
-def select_ranks(run, ranks=None) -> list[int]:
-    """The ranks to build the graph of, sorted (default: all of the store's)."""
-    all_ranks = [int(r) for r in run.sql("SELECT rank FROM ranks ORDER BY rank")["rank"]]
+def select_ranks(run, ranks=None, all_ranks=None) -> list[int]:
+    """The ranks to build the graph of, sorted (default: all of the store's; all_ranks: the store's, when read)."""
+    if all_ranks is None:
+        all_ranks = [int(r) for r in run.sql("SELECT rank FROM ranks ORDER BY rank")["rank"]]
     if not all_ranks:
         raise TracekitError(f"{run.store.path}: the store has no ranks to replay")
     if ranks is None:
@@ -43,11 +44,14 @@ def _span(ranks) -> str:
     return f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 3 else ", ".join(map(str, ranks))
 
 
-def load(run, ranks) -> Loaded:
+def load(run, ranks, *, comm: pd.DataFrame | None = None, steps: pd.DataFrame | None = None,
+         hosts: pd.DataFrame | None = None) -> Loaded:
+    """comm, steps, hosts: when already read (depgraph.run_wide's)."""
     return Loaded(cpu=_async_annotations_out(query(run, "_graph_cpu", ranks=ranks)),
                   gpu=query(run, "_graph_gpu", ranks=ranks), cuda_sync=query(run, "_graph_cuda_sync", ranks=ranks),
-                  steps=query(run, "_graph_steps", ranks=ranks), hosts=_hosts(run),
-                  comm=comm_participants(run, ranks))
+                  steps=query(run, "_graph_steps", ranks=ranks) if steps is None else steps,
+                  hosts=_hosts(run) if hosts is None else hosts,
+                  comm=comm_participants(run, ranks) if comm is None else comm.reset_index(drop=True))
 
 
 def _hosts(run) -> pd.DataFrame:
