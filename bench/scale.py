@@ -1,6 +1,7 @@
 """Scale benchmark: ingest, one analysis, a links what-if, a DP what-if and doctor at 1,024 / 4,096 / 16,384 ranks.
 
     python bench/scale.py [--ranks 1024 4096 16384] [--work DIR] [--timeout 1800] [--md docs/scale.md]
+    python bench/scale.py --ranks --work DIR --md docs/scale.md     (the table from the JSON files already there)
 
 The N-rank sets come from bench/make_many_ranks.py (the bundled 4-rank gloo sample, re-timed per rank with matched
 collectives; kept in --work, made once). Each measurement runs in a fresh process, timed from its start to its
@@ -208,7 +209,8 @@ def verdicts(results: list[dict]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ranks", type=int, nargs="+", default=[1024, 4096, 16384])
+    ap.add_argument("--ranks", type=int, nargs="*", default=[1024, 4096, 16384],
+                    help="sizes to measure (none: only rebuild the table from --work's scale-N.json)")
     ap.add_argument("--work", default=os.path.join(ROOT, "runs", "scale"))
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--md", default=None, help="write the table into this markdown file (marker: scale)")
