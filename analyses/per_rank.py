@@ -80,7 +80,9 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
             return pd.read_parquet(cache)
         except (OSError, ValueError):  # unreadable (a disk fault): computed again, and the file replaced
             pass
-    if chunk_ranks is not None:
+    if params.get("rank") is not None:  # one rank asked for (--rank): it is its own chunk, checked as usual
+        parts = [chosen]
+    elif chunk_ranks is not None:
         parts = chunks(chosen, None, max(1, int(chunk_ranks)))
     else:
         parts = chunks(chosen, event_counts(run))

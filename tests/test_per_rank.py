@@ -110,3 +110,10 @@ def test_chunks_cut_at_the_event_budget():
     events = {0: 3, 1: 3, 2: 5, 3: 1, 4: 9}
     assert per_rank.chunks([0, 1, 2, 3, 4], events, budget=6) == [[0, 1], [2, 3], [4]]  # 4 alone: over the budget
     assert per_rank.chunks([0, 1, 2], None, budget=2) == [[0, 1], [2]]
+
+
+def test_one_rank_asked_for_is_not_chunked_away(cpu_run):
+    whole = REGISTRY["temporal_breakdown"].func(cpu_run, rank=2)
+    _same(whole, per_rank.run_per_rank(cpu_run, "temporal_breakdown", {"rank": 2}, chunk_ranks=1))
+    with pytest.raises(TracekitError, match="--rank 9: not in this trace"):
+        per_rank.run_per_rank(cpu_run, "temporal_breakdown", {"rank": 9}, chunk_ranks=1)
