@@ -177,7 +177,7 @@ def table(results: list[dict]) -> str:
             if r is None:
                 cells.append("-")
             elif "error" in r:
-                cells.append(f"failed: {r['error'][:60]}")
+                cells.append(f"failed: {r['error'][:100]}")
             else:
                 cells.append(f"{r['wall_s']:.1f} s, {r['peak_gb']:.2f} GB")
         goals = []
