@@ -129,3 +129,16 @@ def memory_layout_run(tmp_path_factory) -> Path:
     run(LayoutConfig(out_dir=str(d), layout="ddp", ranks=2, d_model=64, layers=2, heads=4, vocab=256, seq_len=32,
                      batch_size=8, steps=2, warmup=1, timed_steps=0, profile_memory=True))
     return d
+
+
+def many_rank_run(tmp_path_factory, n: int, seed: int = 3):
+    """A run of n ranks made by bench/make_many_ranks.py (the bundled 4-rank gloo sample, re-timed), ingested."""
+    import subprocess
+    import sys
+
+    import tracekit
+
+    d = tmp_path_factory.mktemp(f"r{n}")
+    subprocess.run([sys.executable, str(REPO / "bench" / "make_many_ranks.py"), str(n), str(d / "set"), "--seed",
+                    str(seed)], check=True, capture_output=True)
+    return tracekit.open(d / "set", store=str(d / "store"))

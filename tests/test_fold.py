@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import inspect
-import subprocess
-import sys
 
 import pytest
 
@@ -11,17 +9,14 @@ import replay
 import tracekit
 from replay.scenario import scenario_from_dict
 
-from .conftest import REPO
+from .conftest import many_rank_run
 
 pytestmark = pytest.mark.slow  # 64-rank replays
 
 
 @pytest.fixture(scope="module")
 def run64(tmp_path_factory):
-    d = tmp_path_factory.mktemp("r64")
-    subprocess.run([sys.executable, str(REPO / "bench" / "make_many_ranks.py"), "64", str(d / "set"), "--seed", "3"],
-                   check=True, capture_output=True)
-    return tracekit.open(d / "set", store=str(d / "store"))
+    return many_rank_run(tmp_path_factory, 64)
 
 
 @pytest.mark.parametrize("doc", [None, {"network": {"bandwidth_scale": 4.0}},

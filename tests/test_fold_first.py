@@ -2,8 +2,6 @@
 graph; that graph, and the replay, are those of the graph of every rank cut down to the same classes."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -18,17 +16,14 @@ from replay.replayer import replay
 from replay.scenario import scenario_from_dict
 from replay.whatif import whatif
 
-from .conftest import REPO
+from .conftest import many_rank_run
 
 pytestmark = pytest.mark.slow  # 72-rank replays
 
 
 @pytest.fixture(scope="module")
 def run72(tmp_path_factory):
-    d = tmp_path_factory.mktemp("r72")
-    subprocess.run([sys.executable, str(REPO / "bench" / "make_many_ranks.py"), "72", str(d / "set"), "--seed", "3"],
-                   check=True, capture_output=True)
-    return tracekit.open(d / "set", store=str(d / "store"))
+    return many_rank_run(tmp_path_factory, 72)
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ class Run:
         ranks = sorted({int(r) for r in ranks})
         unknown = sorted(set(ranks) - set(self.ranks))
         if unknown:
-            raise TracekitError(f"rank {unknown[0]}: not in this run (ranks {_span(self.ranks)})")
+            raise TracekitError(f"rank {unknown[0]}: not in this run (ranks {rank_span(self.ranks)})")
         return Run(self.store, self.trace_dir, allow_external_access=self.allow_external_access, ranks=ranks)
 
     def sql(self, query: str, params: Any = None):
@@ -134,7 +134,8 @@ class Run:
         return f"<tracekit.Run {self.trace_dir!r}: {len(self.ranks)} rank(s), store {self.store.path!r}>"
 
 
-def _span(ranks: list[int]) -> str:
+def rank_span(ranks: list[int]) -> str:
+    """A list of ranks for a message: "0..4095", or each of a few."""
     return "none" if not ranks else f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 8 else ", ".join(map(str, ranks))
 
 

@@ -11,6 +11,7 @@ must be on a filesystem that the client and every worker see under the same path
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable
@@ -87,25 +88,35 @@ def _host() -> str:
     return socket.gethostname()
 
 
-def run_dask(executor: Executor, tasks: list[dict], on_done: Callable[[str, Callable[[], FileResult]], None]) -> None:
-    """Run tasks on the Dask cluster at executor.address; on_done(source, get_result) as each finishes
-    (get_result raises TraceFileError for a bad file)."""
+@contextlib.contextmanager
+def dask_client(executor: Executor, otherwise: str = "use --executor local"):
+    """A client of the Dask cluster at executor.address, closed on leaving; a missing client library or an
+    unreachable scheduler is the user's error, naming --executor and what to do (`otherwise`: the alternative)."""
     where = f"--executor {executor}"
     try:
-        from distributed import Client, as_completed, wait
+        from distributed import Client
     except ImportError:
         raise TracekitError(f"{where}: the Dask client is not installed; pip install 'tracekit[dask]' "
-                            "(or use --executor local)") from None
+                            f"(or {otherwise})") from None
     try:
         client = Client(executor.address, timeout="10s", set_as_default=False)
     except (OSError, TimeoutError) as e:
         raise TracekitError(f"{where}: cannot reach the Dask scheduler at {executor.address} ({e}); start one "
-                            "(`dask scheduler`, `dask worker HOST:PORT`) or use --executor local") from None
+                            f"(`dask scheduler`, `dask worker HOST:PORT`) or {otherwise}") from None
     try:
-        with client.as_current():  # as_completed / wait look for "the current client"
-            _submit_all(client, executor, tasks, on_done, as_completed, wait)
+        yield client
     finally:
         client.close()
+
+
+def run_dask(executor: Executor, tasks: list[dict], on_done: Callable[[str, Callable[[], FileResult]], None]) -> None:
+    """Run tasks on the Dask cluster at executor.address; on_done(source, get_result) as each finishes
+    (get_result raises TraceFileError for a bad file)."""
+    with dask_client(executor) as client:
+        from distributed import as_completed, wait
+
+        with client.as_current():  # as_completed / wait look for "the current client"
+            _submit_all(client, executor, tasks, on_done, as_completed, wait)
 
 
 def _submit_all(client, executor: Executor, tasks, on_done, as_completed, wait) -> None:
