@@ -41,39 +41,22 @@ CREATE OR REPLACE TEMP MACRO _comm_kernel_dtype(n) AS (
   nullif(regexp_extract(n, '_(bf16|f16|f32|f64|f8e4m3|f8e5m2|i8|u8|i32|u32|i64|u64|float|half|double|int8_t|uint8_t|int32_t|uint32_t|int64_t|uint64_t)(_|\(|$)', 1), '')
 );
 
--- _comm_pg_configs: each distinct pg_config list of the ranks' distributedInfo, parsed once (every rank's lists
--- each group's members, so the ranks' documents hold world_size^2 numbers: parsed per rank, 4,096 ranks took 5 s
--- here); _comm_rank_pg: each rank's list.
+-- Process groups. A collective row names its group by pg_id, a key of _comm_groups (one row per distinct member
+-- list), never by the list itself: a list of the group's ranks on every row is group size x rows integers, which
+-- is world_size^2 for a group of all (10 GB of 16,384 ranks' collectives).
+--
+-- _comm_config_groups: each process group of each distinct pg_config list of the ranks' distributedInfo, parsed
+-- once (every rank's list names each group's members, so the ranks' documents hold world_size^2 numbers: parsed
+-- per rank, 4,096 ranks took 5 s here); _comm_rank_pg: each rank's list.
 CREATE OR REPLACE TEMP TABLE _comm_rank_pg AS
 SELECT rank, world_size, backend, json_extract(distributed_info_json, '$.pg_config')::VARCHAR AS pg_config
 FROM ranks;
 
-CREATE OR REPLACE TEMP TABLE _comm_pg_configs AS
-SELECT pg_config, coalesce(json_array_length(pg_config), 0) AS n_pg,
-       CASE WHEN json_array_length(pg_config) > 0 THEN
-         list_transform(json_extract(pg_config, '$[*]'),
-                        lambda p: {'pg_name': json_extract_string(p, '$.pg_name'), 'pg_desc': json_extract_string(p, '$.pg_desc'),
-                              'pg_ranks': TRY_CAST(json_extract(p, '$.ranks')::VARCHAR AS BIGINT[])})
-       END AS groups
-FROM (SELECT DISTINCT pg_config FROM _comm_rank_pg);
-
--- _comm_rank_groups: per rank, the single process group distributedInfo names (when it names exactly one),
--- else the whole world (ranks 0..world_size-1) as an assumption, said so in pg_source.
-CREATE OR REPLACE TEMP TABLE _comm_rank_groups AS
-SELECT r.rank, r.world_size, r.backend,
-       CASE WHEN c.n_pg = 1 THEN c.groups[1].pg_name END AS pg_name,
-       CASE WHEN c.n_pg = 1 THEN c.groups[1].pg_desc END AS pg_desc,
-       CASE WHEN c.n_pg = 1 THEN c.groups[1].pg_ranks ELSE range(0, coalesce(r.world_size, 0)) END AS pg_ranks,
-       CASE WHEN c.n_pg = 1 THEN 'distributedInfo' ELSE 'world' END AS pg_source
-FROM _comm_rank_pg r LEFT JOIN _comm_pg_configs c ON c.pg_config IS NOT DISTINCT FROM r.pg_config;
-
--- _comm_pg_config: every process group distributedInfo lists for a rank (the groups the rank belongs to): a
--- collective whose metadata names only its group (the flight recorder, a p2p call's group-local peer) takes
--- the group's ranks from here.
-CREATE OR REPLACE TEMP TABLE _comm_pg_config AS
-SELECT r.rank, g.pg_name, g.pg_desc, g.pg_ranks
-FROM _comm_rank_pg r JOIN (SELECT pg_config, unnest(groups) AS g FROM _comm_pg_configs WHERE n_pg > 0) c
-  ON c.pg_config = r.pg_config;
+CREATE OR REPLACE TEMP TABLE _comm_config_groups AS
+SELECT pg_config, n_pg, json_extract_string(p, '$.pg_name') AS pg_name, json_extract_string(p, '$.pg_desc') AS pg_desc,
+       TRY_CAST(json_extract(p, '$.ranks')::VARCHAR AS BIGINT[]) AS pg_ranks
+FROM (SELECT pg_config, json_array_length(pg_config) AS n_pg, unnest(json_extract(pg_config, '$[*]')) AS p
+      FROM (SELECT DISTINCT pg_config FROM _comm_rank_pg) WHERE json_array_length(pg_config) > 0);
 
 -- _comm_cpu_events: the CPU events the views below read (c10d calls, record_param_comms, nccl:* / gloo:*
 -- annotations), from one scan of the events (each statement scanned them all: 3 s of 4,096 ranks' views), with
@@ -116,6 +99,58 @@ SELECT r.* FROM rpc r
 WHERE NOT EXISTS (SELECT 1 FROM outer_c10d c WHERE c.rank = r.rank AND c.tid = r.tid
                   AND r.ts_ns >= c.ts_ns AND r.ts_ns < c.end_ns);
 
+-- _comm_kernels: the collective libraries' kernels (NCCL, RCCL, ...: comm_kernel_pattern, kernel_classes.py's
+-- COMM_KERNEL_PATTERN, bound by analyses/comms.py), with their launch (gpu_ops joins launch and op on correlation).
+CREATE OR REPLACE TEMP TABLE _comm_kernels AS
+SELECT rank, event_id, name, ts_ns, end_ns, launch_ts_ns, launch_tid, step, stream, coll_name, coll_dtype,
+       in_msg_nelems, out_msg_nelems, group_size, pg_name, pg_desc, pg_ranks, seq, comms_id
+FROM kernels WHERE regexp_matches(name, $comm_kernel_pattern);
+
+-- _comm_group_texts_raw: the member lists the collective metadata spells out, each once.
+CREATE OR REPLACE TEMP TABLE _comm_group_texts_raw AS
+SELECT DISTINCT pg_ranks AS pg_ranks_text FROM (SELECT pg_ranks FROM _comm_calls UNION ALL SELECT pg_ranks FROM _comm_kernels)
+WHERE pg_ranks IS NOT NULL;
+
+-- _comm_groups: every member list a collective can name, once: distributedInfo's groups, the world of each
+-- world size (ranks 0..world_size-1), and the lists the collective metadata spells out (record_param_comms', a
+-- kernel's Process Group Ranks). pg_id: the list's place in sort order; n_ranks: its length.
+CREATE OR REPLACE TEMP TABLE _comm_groups AS
+SELECT row_number() OVER (ORDER BY pg_ranks) AS pg_id, len(pg_ranks) AS n_ranks, pg_ranks
+FROM (SELECT DISTINCT pg_ranks FROM (
+  SELECT pg_ranks FROM _comm_config_groups
+  UNION ALL SELECT range(0, coalesce(world_size, 0)) FROM (SELECT DISTINCT world_size FROM _comm_rank_pg)
+  UNION ALL SELECT TRY_CAST(pg_ranks_text AS BIGINT[]) FROM _comm_group_texts_raw
+) WHERE pg_ranks IS NOT NULL);
+
+-- _comm_group_texts: the pg_id of each spelled-out list; _comm_group_members: each group's members by place (idx
+-- 0 is the group's rank 0), for a group-local peer's global rank.
+CREATE OR REPLACE TEMP TABLE _comm_group_texts AS
+SELECT t.pg_ranks_text, g.pg_id FROM _comm_group_texts_raw t JOIN _comm_groups g ON g.pg_ranks = TRY_CAST(t.pg_ranks_text AS BIGINT[]);
+
+CREATE OR REPLACE TEMP TABLE _comm_group_members AS
+SELECT pg_id, generate_subscripts(pg_ranks, 1) - 1 AS idx, unnest(pg_ranks) AS member FROM _comm_groups;
+
+-- _comm_pg_config: every process group distributedInfo lists for a rank (the groups the rank belongs to): a
+-- collective whose metadata names only its group (the flight recorder, a p2p call's group-local peer) takes
+-- the group's members from here. n_pg: how many groups the rank's list names.
+CREATE OR REPLACE TEMP TABLE _comm_pg_config AS
+SELECT r.rank, c.n_pg, c.pg_name, c.pg_desc, c.pg_id
+FROM _comm_rank_pg r
+JOIN (SELECT cg.pg_config, cg.n_pg, cg.pg_name, cg.pg_desc, g.pg_id
+      FROM _comm_config_groups cg LEFT JOIN _comm_groups g ON g.pg_ranks = cg.pg_ranks) c ON c.pg_config = r.pg_config;
+
+-- _comm_rank_groups: per rank, the single process group distributedInfo names (when it names exactly one),
+-- else the whole world (ranks 0..world_size-1) as an assumption, said so in pg_source.
+CREATE OR REPLACE TEMP TABLE _comm_rank_groups AS
+SELECT r.rank, r.world_size, r.backend, p.pg_name, p.pg_desc,
+       CASE WHEN p.n_pg = 1 THEN p.pg_id ELSE w.pg_id END AS pg_id,
+       CASE WHEN p.n_pg = 1 THEN 'distributedInfo' ELSE 'world' END AS pg_source
+FROM _comm_rank_pg r
+LEFT JOIN _comm_pg_config p ON p.rank = r.rank AND p.n_pg = 1
+LEFT JOIN (SELECT w.world_size, g.pg_id FROM (SELECT DISTINCT world_size FROM _comm_rank_pg) w
+           JOIN _comm_groups g ON g.pg_ranks = range(0, coalesce(w.world_size, 0))) w
+  ON w.world_size IS NOT DISTINCT FROM r.world_size;
+
 -- _comm_fr_calls: the flight-recorder entry each call created (its time_created_ns falls inside the call, on the
 -- same host clock): the process group and its per-group sequence number, which gloo's trace events do not carry
 -- (a rank in several groups, a 2-D mesh, would otherwise have every collective matched as the world's). The
@@ -142,27 +177,21 @@ FROM _comm_calls WHERE _comm_op(name) IN ('send', 'recv');
 -- means global rank 3 in its stage group [2, 3] but rank 1 in the world: only the first has a matching recv.
 CREATE OR REPLACE TEMP TABLE _comm_p2p_groups AS
 WITH ends AS (SELECT DISTINCT rank, op, peer, tag FROM _comm_p2p_calls WHERE peer IS NOT NULL),
-cand AS (
-  SELECT e.rank, e.op, e.peer, e.tag, g.pg_name, g.pg_ranks, g.pg_ranks[e.peer + 1] AS peer_rank
-  FROM ends e JOIN _comm_pg_config g ON g.rank = e.rank AND len(g.pg_ranks) > e.peer
-   AND g.pg_ranks[e.peer + 1] <> e.rank
+-- a rank's groups with their peer-th member
+peers AS (
+  SELECT e.rank, e.op, e.peer, e.tag, g.pg_name, g.pg_id, m.member AS peer_rank
+  FROM ends e JOIN _comm_pg_config g ON g.rank = e.rank
+  JOIN _comm_group_members m ON m.pg_id = g.pg_id AND m.idx = e.peer
 ),
+cand AS (SELECT * FROM peers WHERE peer_rank <> rank),
 ok AS (
   SELECT c.* FROM cand c
-  WHERE EXISTS (SELECT 1 FROM ends o JOIN _comm_pg_config og ON og.rank = o.rank AND og.pg_name = c.pg_name
-                WHERE o.rank = c.peer_rank AND o.op <> c.op AND o.tag IS NOT DISTINCT FROM c.tag
-                  AND og.pg_ranks[o.peer + 1] = c.rank)
+  WHERE EXISTS (SELECT 1 FROM peers o WHERE o.rank = c.peer_rank AND o.pg_name = c.pg_name AND o.op <> c.op
+                  AND o.tag IS NOT DISTINCT FROM c.tag AND o.peer_rank = c.rank)
 )
-SELECT rank, op, peer, tag, arg_min(pg_name, [len(pg_ranks)::VARCHAR, pg_name]) AS pg_name,
-       arg_min(pg_ranks, [len(pg_ranks)::VARCHAR, pg_name]) AS pg_ranks
-FROM ok GROUP BY rank, op, peer, tag;
-
--- _comm_kernels: the collective libraries' kernels (NCCL, RCCL, ...: comm_kernel_pattern, kernel_classes.py's
--- COMM_KERNEL_PATTERN, bound by analyses/comms.py), with their launch (gpu_ops joins launch and op on correlation).
-CREATE OR REPLACE TEMP TABLE _comm_kernels AS
-SELECT rank, event_id, name, ts_ns, end_ns, launch_ts_ns, launch_tid, step, stream, coll_name, coll_dtype,
-       in_msg_nelems, out_msg_nelems, group_size, pg_name, pg_desc, pg_ranks, seq, comms_id
-FROM kernels WHERE regexp_matches(name, $comm_kernel_pattern);
+SELECT o.rank, o.op, o.peer, o.tag, arg_min(o.pg_name, (g.n_ranks, o.pg_name)) AS pg_name,
+       arg_min(o.pg_id, (g.n_ranks, o.pg_name)) AS pg_id
+FROM ok o JOIN _comm_groups g USING (pg_id) GROUP BY o.rank, o.op, o.peer, o.tag;
 
 -- _comm_call_kernels: the kernels each call launched (launch on the call's thread, inside its span).
 CREATE OR REPLACE TEMP TABLE _comm_call_kernels AS
@@ -274,7 +303,7 @@ from_calls AS (
          -- the group: the collective metadata's, else the flight recorder's (gloo), else a p2p call's resolved one
          coalesce(c.pg_name, k.pg_name, fr.pg_name, pg.pg_name) AS pg_name,
          coalesce(c.pg_desc, k.pg_desc, fr.pg_desc) AS pg_desc,
-         coalesce(c.pg_ranks, k.pg_ranks, pg.pg_ranks::VARCHAR) AS pg_ranks_text,
+         coalesce(c.pg_ranks, k.pg_ranks) AS pg_ranks_text, pg.pg_id AS p2p_pg_id,
          coalesce(c.seq, k.seq, fr.collective_seq_id) AS seq, coalesce(c.comms_id, k.comms_id) AS comms_id,
          pp.peer AS p2p_peer, pp.tag AS p2p_tag,
          -- what the backend ran, where the runloop's annotation says (gloo:all_reduce for a reduce-scatter call),
@@ -298,7 +327,7 @@ from_kernels AS (
          NULL::BIGINT AS nested_end_ns,
          k.coll_name, coalesce(k.coll_dtype, _comm_kernel_dtype(k.name)) AS dtype, k.in_msg_nelems AS in_nelems,
          k.out_msg_nelems AS out_nelems, CASE WHEN k.in_msg_nelems IS NOT NULL THEN 'args' END AS size_source,
-         k.group_size, k.pg_name, k.pg_desc, k.pg_ranks AS pg_ranks_text, k.seq, k.comms_id,
+         k.group_size, k.pg_name, k.pg_desc, k.pg_ranks AS pg_ranks_text, NULL::BIGINT AS p2p_pg_id, k.seq, k.comms_id,
          NULL::BIGINT AS p2p_peer, NULL::BIGINT AS p2p_tag, NULL AS run_op, NULL::BIGINT AS run_nelems
   FROM _comm_kernels k
   WHERE NOT EXISTS (SELECT 1 FROM _comm_call_kernels x WHERE x.rank = k.rank AND x.event_id = k.event_id)
@@ -312,24 +341,33 @@ typed AS (
          _tensor_dtype_bytes(r.dtype) AS elem_bytes,
          coalesce(r.pg_name, g.pg_name) AS group_name,
          coalesce(r.pg_desc, pc.pg_desc, g.pg_desc) AS group_desc,
-         coalesce(TRY_CAST(r.pg_ranks_text AS BIGINT[]), pc.pg_ranks, g.pg_ranks) AS group_ranks,
-         CASE WHEN r.pg_name IS NOT NULL OR r.pg_ranks_text IS NOT NULL THEN 'args' ELSE g.pg_source END AS pg_source,
+         coalesce(tx.pg_id, r.p2p_pg_id, pc.pg_id, g.pg_id) AS group_id,
+         CASE WHEN r.pg_name IS NOT NULL OR r.pg_ranks_text IS NOT NULL OR r.p2p_pg_id IS NOT NULL THEN 'args'
+              ELSE g.pg_source END AS pg_source,
          CASE WHEN r.kernel_start_ns IS NOT NULL THEN 'gpu'
               WHEN r.rank IN (SELECT rank FROM gpu_ranks) THEN 'none'
               ELSE 'cpu' END AS timeline
   FROM rows r LEFT JOIN _comm_rank_groups g ON g.rank = r.rank
   LEFT JOIN _comm_pg_config pc ON pc.rank = r.rank AND pc.pg_name = r.pg_name
+  LEFT JOIN _comm_group_texts tx ON tx.pg_ranks_text = r.pg_ranks_text
+),
+-- the group's size, and a p2p peer's global rank (the peer is group-local)
+sized AS (
+  SELECT t.*, gr.n_ranks AS group_n_ranks, pm.member AS peer_global
+  FROM typed t LEFT JOIN _comm_groups gr ON gr.pg_id = t.group_id
+  LEFT JOIN _comm_group_members pm ON pm.pg_id = t.group_id AND pm.idx = t.p2p_peer
 )
-SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ranks_text, group_size),
-       t.group_name AS pg_name, t.group_desc AS pg_desc, t.group_ranks AS pg_ranks,
-       coalesce(t.group_size, len(t.group_ranks)) AS group_size,
+SELECT t.* EXCLUDE (group_name, group_desc, group_id, group_n_ranks, peer_global, pg_name, pg_desc, pg_ranks_text,
+                    p2p_pg_id, group_size),
+       t.group_name AS pg_name, t.group_desc AS pg_desc, t.group_id AS pg_id,
+       coalesce(t.group_size, t.group_n_ranks) AS group_size,
        _comm_moved_nelems(t.op, t.in_nelems, t.out_nelems) * t.elem_bytes AS bytes,
        -- the collective the backend ran on the wire and its bytes (same convention); the call's where nothing
        -- says otherwise. gloo's all_gather annotation holds a rank's input, the output is group_size of them.
        coalesce(t.run_op, t.op) AS wire_op,
        CASE WHEN t.run_op IS NULL OR t.run_nelems IS NULL OR t.run_op = t.op
               THEN _comm_moved_nelems(t.op, t.in_nelems, t.out_nelems)
-            WHEN t.run_op = 'all_gather' THEN t.run_nelems * coalesce(t.group_size, len(t.group_ranks))
+            WHEN t.run_op = 'all_gather' THEN t.run_nelems * coalesce(t.group_size, t.group_n_ranks)
             ELSE t.run_nelems END * t.elem_bytes AS wire_bytes,
        row_number() OVER (PARTITION BY t.rank, coalesce(t.group_name, '') ORDER BY coalesce(t.cpu_start_ns, t.kernel_start_ns),
                           coalesce(t.cpu_event_id, t.kernel_event_id)) AS ordinal,
@@ -337,14 +375,14 @@ SELECT t.* EXCLUDE (group_name, group_desc, group_ranks, pg_name, pg_desc, pg_ra
        -- that tag (a rank's sends and recvs interleave differently on its two ends: a pipeline stage sends
        -- activations forward while its neighbour sends gradients back, so the group's ordinal does not pair them)
        CASE WHEN t.p2p_peer IS NOT NULL AND t.op IN ('send', 'recv') THEN
-         CASE WHEN t.op = 'send' THEN t.rank ELSE coalesce(t.group_ranks[t.p2p_peer + 1], t.p2p_peer) END END AS p2p_src,
+         CASE WHEN t.op = 'send' THEN t.rank ELSE coalesce(t.peer_global, t.p2p_peer) END END AS p2p_src,
        CASE WHEN t.p2p_peer IS NOT NULL AND t.op IN ('send', 'recv') THEN
-         CASE WHEN t.op = 'recv' THEN t.rank ELSE coalesce(t.group_ranks[t.p2p_peer + 1], t.p2p_peer) END END AS p2p_dst,
+         CASE WHEN t.op = 'recv' THEN t.rank ELSE coalesce(t.peer_global, t.p2p_peer) END END AS p2p_dst,
        CASE WHEN t.p2p_peer IS NOT NULL AND t.op IN ('send', 'recv') THEN
          row_number() OVER (PARTITION BY t.rank, coalesce(t.group_name, ''), t.op, t.p2p_peer, t.p2p_tag
                             ORDER BY coalesce(t.cpu_start_ns, t.kernel_start_ns), coalesce(t.cpu_event_id, t.kernel_event_id))
        END AS p2p_ordinal
-FROM typed t;
+FROM sized t;
 
 -- _comm_inspector_rows: NCCL Inspector records as collectives rows. The key is (comm hash, coll_sn), which
 -- every rank of the communicator shares. The plugin logs a per-rank message size: AllGather / ReduceScatter
@@ -354,7 +392,7 @@ CREATE OR REPLACE TEMP VIEW _comm_inspector_rows AS
 SELECT rank, NULL::BIGINT AS step, 'nccl_inspector' AS source, op, coll AS coll_name, NULL AS dtype,
        CASE WHEN op IN ('all_gather', 'reduce_scatter') THEN msg_size_bytes * n_ranks ELSE msg_size_bytes END AS bytes,
        'inspector' AS size_source, n_ranks AS group_size, comm_hash AS pg_name, NULL AS pg_desc,
-       NULL::BIGINT[] AS pg_ranks, 'inspector' AS pg_source, 'inspector' AS timeline, coll_sn AS ordinal,
+       NULL::BIGINT AS pg_id, NULL::BIGINT[] AS pg_ranks, 'inspector' AS pg_source, 'inspector' AS timeline, coll_sn AS ordinal,
        0::BIGINT AS clock_offset_ns,
        kernel_start_us * 1000 AS start_ns,
        kernel_start_us * 1000 + round(exec_time_us * 1000)::BIGINT AS end_ns,
@@ -362,8 +400,8 @@ SELECT rank, NULL::BIGINT AS step, 'nccl_inspector' AS source, op, coll AS coll_
        'inspector' AS match_by, 'nccl:' || comm_hash || ':sn:' || coll_sn AS match_key
 FROM nccl_inspector;
 
--- _comm_rows: _comm_rows_raw with the clock correction applied and the cross-rank match key, plus the
--- Inspector's rows (source says which).
+-- _comm_rows: _comm_rows_raw with the clock correction applied, the cross-rank match key and the group's members
+-- (pg_ranks: a query that reads it gets group size x rows integers), plus the Inspector's rows (source says which).
 -- start_ns is the arrival: the kernel start on a GPU, the call on a CPU (gloo) rank; end_ns is when the
 -- collective finished there: the kernel end, or the end of the runloop's work (of a send's or recv's own
 -- annotation when it outlasts the call: the message had gone or come; else of the call).
@@ -371,7 +409,7 @@ FROM nccl_inspector;
 -- from the queue (the runloop's work; else the call); queued_ns = work_start_ns - start_ns on a gloo rank:
 -- the time it waited for a free worker behind earlier collectives (NULL on a GPU rank).
 CREATE OR REPLACE TEMP VIEW _comm_trace_rows AS
-SELECT r.*,
+SELECT r.*, gr.pg_ranks,
        coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS clock_offset_ns,
        CASE r.timeline WHEN 'gpu' THEN r.kernel_start_ns WHEN 'cpu' THEN r.cpu_start_ns END
          + coalesce(o.clock_offset_ns, 0) + coalesce(k.clock_offset_ns, 0) AS start_ns,
@@ -389,46 +427,63 @@ SELECT r.*,
             ELSE 'pg:' || coalesce(r.pg_name, 'world') || ':n:' || r.ordinal END AS match_key
 FROM _comm_rows_raw r
 LEFT JOIN _comm_clock_offsets o ON o.rank = r.rank
-LEFT JOIN ranks k ON k.rank = r.rank;
+LEFT JOIN ranks k ON k.rank = r.rank
+LEFT JOIN _comm_groups gr ON gr.pg_id = r.pg_id;
 
 CREATE OR REPLACE TEMP VIEW _comm_rows AS
 SELECT *, 'kineto' AS source, end_ns - start_ns AS dur_ns, end_ns - work_start_ns AS work_ns FROM _comm_trace_rows
 UNION ALL BY NAME
 SELECT * FROM _comm_inspector_rows;
 
--- _comm_matched: one row per collective instance (match_key) across the ranks that recorded it.
+-- _comm_matched: one row per collective instance (match_key) across the ranks that recorded it. Its group is the
+-- largest any of its rows names (pg_id, then pg_ranks). n_timed: participants with a start (len(timed_ranks)).
 CREATE OR REPLACE TEMP VIEW _comm_matched AS
-WITH g AS (
-  SELECT match_key, any_value(match_by) AS match_by, any_value(source) AS source, mode(op ORDER BY op) AS op, count(DISTINCT op) AS op_variants,
-         mode(pg_name ORDER BY pg_name) AS pg_name, mode(pg_desc ORDER BY pg_desc) AS pg_desc, arg_max(pg_ranks, len(pg_ranks)) AS pg_ranks,
-         max(group_size) AS group_size, mode(dtype ORDER BY dtype) AS dtype, max(bytes) AS bytes, count(DISTINCT bytes) AS bytes_variants,
-         min(step) AS step, mode(timeline ORDER BY timeline) AS timeline,
-         list(rank ORDER BY rank) AS participants,
-         list(rank ORDER BY rank) FILTER (WHERE start_ns IS NOT NULL) AS timed_ranks,
-         min(start_ns) AS first_arrival_ns, max(start_ns) AS last_arrival_ns,
+WITH g AS MATERIALIZED (
+  SELECT r.match_key, any_value(r.match_by) AS match_by, any_value(r.source) AS source, mode(r.op ORDER BY r.op) AS op,
+         count(DISTINCT r.op) AS op_variants,
+         mode(r.pg_name ORDER BY r.pg_name) AS pg_name, mode(r.pg_desc ORDER BY r.pg_desc) AS pg_desc,
+         arg_max(r.pg_id, CASE WHEN gn.n_ranks IS NOT NULL THEN [gn.n_ranks, -r.pg_id] END) AS pg_id,
+         max(r.group_size) AS group_size, mode(r.dtype ORDER BY r.dtype) AS dtype, max(r.bytes) AS bytes,
+         count(DISTINCT r.bytes) AS bytes_variants,
+         min(r.step) AS step, mode(r.timeline ORDER BY r.timeline) AS timeline,
+         list(r.rank ORDER BY r.rank) AS participants,
+         list(r.rank ORDER BY r.rank) FILTER (WHERE r.start_ns IS NOT NULL) AS timed_ranks,
+         count(r.start_ns) AS n_timed,
+         min(r.start_ns) AS first_arrival_ns, max(r.start_ns) AS last_arrival_ns,
          -- ties (equal starts) go to the lowest rank, as TraceLens counts them, whatever order the rows come in
-         arg_min(rank, [start_ns, rank]) AS first_arrival_rank, arg_max(rank, [start_ns, -rank]) AS last_arrival_rank,
-         min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns,
-         max(coalesce(work_start_ns, start_ns)) AS last_work_start_ns, min(coalesce(work_ns, dur_ns)) AS min_work_ns,
-         min(dur_ns) AS min_dur_ns, round_even(median(dur_ns), 0)::BIGINT AS median_dur_ns
-  FROM _comm_rows GROUP BY match_key
+         arg_min(r.rank, [r.start_ns, r.rank]) AS first_arrival_rank, arg_max(r.rank, [r.start_ns, -r.rank]) AS last_arrival_rank,
+         min(r.end_ns) AS first_end_ns, max(r.end_ns) AS last_end_ns,
+         max(coalesce(r.work_start_ns, r.start_ns)) AS last_work_start_ns, min(coalesce(r.work_ns, r.dur_ns)) AS min_work_ns,
+         min(r.dur_ns) AS min_dur_ns, round_even(median(r.dur_ns), 0)::BIGINT AS median_dur_ns
+  FROM _comm_rows r LEFT JOIN _comm_groups gn ON gn.pg_id = r.pg_id GROUP BY r.match_key
 ),
-traced AS (SELECT list(rank ORDER BY rank) AS ranks FROM ranks)
-SELECT g.*,
+-- the group's members without a trace in this set, and those with a trace but no row of this instance (in the
+-- group's order), by joins: a membership test per member of a list is group size^2 a collective
+absent AS (
+  SELECT m.match_key,
+         list(m.member ORDER BY m.idx) FILTER (WHERE k.rank IS NULL) AS ranks_not_traced,
+         list(m.member ORDER BY m.idx) FILTER (WHERE k.rank IS NOT NULL AND p.rank IS NULL) AS ranks_missing
+  FROM (SELECT g.match_key, gm.idx, gm.member FROM g JOIN _comm_group_members gm ON gm.pg_id = g.pg_id) m
+  LEFT JOIN ranks k ON k.rank = m.member
+  LEFT JOIN (SELECT DISTINCT match_key, unnest(participants) AS rank FROM g) p
+    ON p.match_key = m.match_key AND p.rank = m.member
+  GROUP BY m.match_key
+)
+SELECT g.*, gr.pg_ranks,
        len(g.participants) AS n_participants,
-       list_filter(g.pg_ranks, lambda x: NOT list_contains(t.ranks, x)) AS ranks_not_traced,
-       list_filter(g.pg_ranks, lambda x: list_contains(t.ranks, x) AND NOT list_contains(g.participants, x)) AS ranks_missing,
+       CASE WHEN gr.pg_ranks IS NOT NULL THEN coalesce(a.ranks_not_traced, []::BIGINT[]) END AS ranks_not_traced,
+       CASE WHEN gr.pg_ranks IS NOT NULL THEN coalesce(a.ranks_missing, []::BIGINT[]) END AS ranks_missing,
        g.last_arrival_ns - g.first_arrival_ns AS arrival_skew_ns,
        -- the data can only move once the last rank is working on it (its kernel runs, a gloo worker took it):
        -- when every participant is still running then, the transfer is that moment -> first finish; otherwise
        -- (no overlap, e.g. a tree broadcast that let a rank go early, or unaligned clocks) the shortest
        -- participant's time at work, as TraceLens reports. A gloo collective queued behind others on the
        -- worker threads counts its queueing in the participants' queued_ns, not in the transfer.
-       CASE WHEN len(g.timed_ranks) >= 2 AND g.last_work_start_ns < g.first_end_ns THEN g.first_end_ns - g.last_work_start_ns
+       CASE WHEN g.n_timed >= 2 AND g.last_work_start_ns < g.first_end_ns THEN g.first_end_ns - g.last_work_start_ns
             ELSE g.min_work_ns END AS transfer_ns,
        CASE g.op WHEN 'all_reduce' THEN 2.0 * (g.group_size - 1) / g.group_size
                  WHEN 'reduce_scatter' THEN (g.group_size - 1) / g.group_size::DOUBLE
                  WHEN 'all_gather' THEN (g.group_size - 1) / g.group_size::DOUBLE
                  WHEN 'all_to_all' THEN (g.group_size - 1) / g.group_size::DOUBLE
                  ELSE 1.0 END AS busbw_factor
-FROM g, traced t;
+FROM g LEFT JOIN absent a USING (match_key) LEFT JOIN _comm_groups gr ON gr.pg_id = g.pg_id;

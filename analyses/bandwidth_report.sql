@@ -28,7 +28,7 @@ WITH m AS (
          (2::BIGINT ** floor(log2(bytes))::BIGINT)::BIGINT AS size_bucket_bytes
   FROM _comm_matched
   -- an Inspector collective without timestamps still has its exec times, hence a transfer time
-  WHERE bytes > 0 AND transfer_ns > 0 AND (coalesce(len(timed_ranks), 0) >= 1 OR source = 'nccl_inspector')
+  WHERE bytes > 0 AND transfer_ns > 0 AND (n_timed >= 1 OR source = 'nccl_inspector')
     AND ($op IS NULL OR op = $op)
 ),
 ref AS (

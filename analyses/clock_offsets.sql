@@ -15,7 +15,7 @@
 WITH c AS (
   SELECT r.rank, r.match_key, r.end_ns - r.clock_offset_ns AS end_ns
   FROM _comm_rows r JOIN _comm_matched m USING (match_key)
-  WHERE r.end_ns IS NOT NULL AND len(m.timed_ranks) >= 2
+  WHERE r.end_ns IS NOT NULL AND m.n_timed >= 2
 ),
 -- relative to the collective's first end first: epoch ns do not fit a DOUBLE exactly, and median() is DOUBLE
 rel AS (SELECT rank, match_key, end_ns - min(end_ns) OVER (PARTITION BY match_key) AS rel_ns FROM c),

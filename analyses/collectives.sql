@@ -15,7 +15,9 @@
 -- @column ordinal           n-th collective of this process group on this rank, by time
 -- @column pg_name           process group name ('world'-keyed NULL when the trace does not say)
 -- @column pg_desc           process group description
--- @column pg_ranks          ranks of the process group (the whole world when the trace names none)
+-- @column pg_ranks          ranks of the process group (the whole world when the trace names none): one list per group,
+--                           shared by its rows
+-- @column pg_id             the member list as a key: rows with one pg_id share one pg_ranks (NULL: unknown)
 -- @column pg_source         where the group came from: args, distributedInfo, world (assumed)
 -- @column group_size        ranks in the process group
 -- @column op                all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, barrier, send, recv ...
@@ -53,13 +55,13 @@
 --                           took it from the queue (cpu: runloop start, else the call)
 -- @column queued_ns         work_start_ns - start_ns on a gloo rank: waiting behind earlier collectives for a free
 --                           worker thread (NULL on GPU ranks)
-SELECT r.rank, r.source, r.step, r.match_key, r.match_by, r.ordinal, r.pg_name, r.pg_desc, r.pg_ranks, r.pg_source, r.group_size,
+SELECT r.rank, r.source, r.step, r.match_key, r.match_by, r.ordinal, r.pg_name, r.pg_desc, r.pg_ranks, r.pg_id, r.pg_source, r.group_size,
        r.op, r.coll_name, r.dtype, r.elem_bytes, r.in_nelems, r.out_nelems, r.bytes, r.size_source, r.timeline,
        r.cpu_name, r.cpu_event_id, r.cpu_start_ns, r.cpu_end_ns, r.kernel_name, r.kernel_event_id, r.kernel_count,
        r.kernel_start_ns, r.kernel_end_ns, r.annotation_name, r.runloop_tid, r.runloop_start_ns, r.runloop_end_ns,
        r.clock_offset_ns, r.start_ns, r.end_ns, r.dur_ns,
        r.start_ns - m.first_arrival_ns AS arrival_delay_ns,
-       coalesce(len(m.timed_ranks) >= 2 AND r.rank = m.last_arrival_rank, false) AS is_last_arrival,
+       coalesce(m.n_timed >= 2 AND r.rank = m.last_arrival_rank, false) AS is_last_arrival,
        greatest(r.dur_ns - m.transfer_ns - coalesce(r.queued_ns, 0), 0) AS wait_ns, r.work_start_ns, r.queued_ns
 FROM _comm_rows r JOIN _comm_matched m USING (match_key)
 WHERE ($rank IS NULL OR r.rank = $rank) AND ($op IS NULL OR r.op = $op)

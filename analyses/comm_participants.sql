@@ -9,7 +9,9 @@
 -- @column bytes             bytes of that collective, nccl-tests convention (NULL when unknown)
 -- @column group_size        ranks in the process group
 -- @column pg_name           process group name (NULL when the trace does not say)
--- @column pg_ranks          ranks of the process group (the whole world when the trace names none)
+-- @column pg_ranks          ranks of the process group (the whole world when the trace names none): one list per group,
+--                           shared by its rows
+-- @column pg_id             the process group's member list as a key: rows with one pg_id share one pg_ranks
 -- @column timeline          gpu (NCCL kernel) | cpu (gloo call + runloop)
 -- @column cpu_event_id      event_id of the c10d::* call (NULL: a kernel no call launched)
 -- @column cpu_tid           thread of that call
@@ -24,7 +26,7 @@
 --                           as an all-reduce: op says what went over the network, call_op what the program called)
 -- @column p2p_src           a send's or recv's sending rank (global; NULL: not point-to-point, or unknown)
 -- @column p2p_dst           its receiving rank
-SELECT r.rank, r.match_key, r.wire_op AS op, r.wire_bytes AS bytes, r.group_size, r.pg_name, r.pg_ranks, r.timeline,
+SELECT r.rank, r.match_key, r.wire_op AS op, r.wire_bytes AS bytes, r.group_size, r.pg_name, r.pg_ranks, r.pg_id, r.timeline,
        r.cpu_event_id, r.cpu_tid, r.kernel_event_id, p.event_id AS runloop_event_id,
        -- _comm_rows_raw keeps nested_end_ns only for an annotation of the call's that outlasts it
        CASE WHEN r.nested_end_ns IS NOT NULL THEN n.event_id END AS nested_event_id,

@@ -4,6 +4,8 @@ analyses/collectives*.sql, straggler_attribution.sql, bandwidth_report.sql, comm
 comm_participants.sql). Owns the private views they all read, analyses/_comm_views.sql."""
 from __future__ import annotations
 
+import pandas as pd
+
 from tracekit.errors import TracekitError
 from tracekit.store.sql import statements
 
@@ -36,10 +38,32 @@ def _installed(run) -> bool:
 
 
 def _lists(df, extra=()):
-    """DuckDB lists arrive as numpy arrays: make them plain lists (they print and serialise as JSON)."""
+    """DuckDB lists arrive as numpy arrays: make them plain lists (they print and serialise as JSON). A list
+    already made (a group's members, shared by its rows) is kept as it is."""
     for c in df.columns:
         if c in _LIST_COLUMNS or c in extra:
-            df[c] = df[c].map(lambda v: [x if isinstance(x, str) else int(x) for x in v] if hasattr(v, "__len__") else None)
+            df[c] = df[c].map(lambda v: v if isinstance(v, list) else
+                              [x if isinstance(x, str) else int(x) for x in v] if hasattr(v, "__len__") else None)
+    return df
+
+
+def _members(run, pg_ids) -> list:
+    """Each pg_id's member list (_comm_groups), one Python list per group that every row of the group shares: a
+    list per row is group size x rows integers (10 GB of 16,384 ranks' collectives in one group of all)."""
+    ids = sorted({int(i) for i in pg_ids if not pd.isna(i)})
+    members = {}
+    if ids:
+        got = run.sql("SELECT pg_id, pg_ranks FROM _comm_groups WHERE pg_id IN (SELECT unnest($ids::BIGINT[]))",
+                      {"ids": ids})
+        members = {int(i): [int(x) for x in v] for i, v in zip(got.pg_id, got.pg_ranks)}
+    return [None if pd.isna(i) else members.get(int(i)) for i in pg_ids]
+
+
+def _query_groups(run, name: str, order: str = "", **params):
+    """analyses/<name>.sql whose rows carry pg_id and pg_ranks, with pg_ranks made by _members."""
+    text = sql_text(name)
+    df = run.sql(f"SELECT * EXCLUDE (pg_ranks) FROM ({text}) {order}", named_params(text, params, f"{name}.sql") or {})
+    df.insert(list(documented_columns(name)).index("pg_ranks"), "pg_ranks", _members(run, df.pg_id))
     return df
 
 
@@ -81,22 +105,19 @@ def collectives(run, rank: int | None = None, *, op: str | None = None, aligned:
     op: only that op (all_reduce, all_gather, ...)."""
     check_scope(run, rank)
     offsets = _setup(run, aligned)
-    return _notes(run, _lists(query(run, "collectives", rank=rank, op=op)), offsets)
+    return _notes(run, _lists(_query_groups(run, "collectives", rank=rank, op=op)), offsets)
 
 
 def comm_participants(run, ranks: list[int]):
     """The collective participants of the given ranks on the raw trace clocks (comm_participants.sql):
     what the dependency graph builds its collective instances from. Each instance's rows share one pg_ranks, its
-    lowest rank's (the one the graph reads): a list of the group's ranks on each of its ranks' rows took
-    group size^2 integers (670 MB at 4,096 ranks in one group of all, twice over while DuckDB handed it over)."""
+    lowest rank's (the one the graph reads), one Python list per group: a list of the group's ranks on each of its
+    ranks' rows is group size^2 integers (670 MB at 4,096 ranks in one group of all)."""
     prepare_views(run)
-    text = sql_text("comm_participants")
-    rows = run.sql(f"SELECT * EXCLUDE (pg_ranks) FROM ({text}) ORDER BY match_key, rank", {"ranks": ranks})
-    groups = run.sql(f"SELECT match_key, arg_min(pg_ranks, rank) AS pg_ranks FROM ({text}) GROUP BY match_key",
-                     {"ranks": ranks})
-    shared = dict(zip(groups.match_key, groups.pg_ranks))
-    rows.insert(list(documented_columns("comm_participants")).index("pg_ranks"), "pg_ranks",
-                rows.match_key.map(shared).astype(object))
+    rows = _query_groups(run, "comm_participants", "ORDER BY match_key, rank", ranks=ranks)
+    lead = rows.drop_duplicates("match_key")  # rows are in rank order within an instance
+    first = dict(zip(lead.match_key, lead.pg_ranks))
+    rows["pg_ranks"] = [first[k] for k in rows.match_key]
     return rows
 
 

@@ -21,7 +21,7 @@ WITH p AS (
   SELECT r.rank, r.step, r.match_key, m.group_size, m.arrival_skew_ns, m.last_arrival_rank,
          greatest(r.end_ns - r.start_ns - m.transfer_ns - coalesce(r.queued_ns, 0), 0) AS wait_ns
   FROM _comm_rows r JOIN _comm_matched m USING (match_key)
-  WHERE r.start_ns IS NOT NULL AND len(m.timed_ranks) >= 2
+  WHERE r.start_ns IS NOT NULL AND m.n_timed >= 2
 ),
 per_coll AS (
   SELECT match_key, any_value(last_arrival_rank) AS late_rank,

@@ -175,6 +175,18 @@ def test_missing_rank_reported_not_refused(tmp_path):
         assert "no trace" in m.attrs["note"]
 
 
+
+def test_member_traced_without_the_collective_is_missing(tmp_path):
+    """A group member with a trace but no row of a collective is in ranks_missing, not ranks_not_traced."""
+    d = tmp_path / "r"
+    write_trace(d / "rank0.json", _nccl_rank(0, (1000.0, 1100.0)), rank=0, world_size=2, base_ns=10**18)
+    write_trace(d / "rank1.json", [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1000.0, "dur": 10.0,
+                                    "pid": 1, "tid": 1}], rank=1, world_size=2, base_ns=10**18)
+    with tracekit.open(d, store=str(tmp_path / "s")) as run:
+        m = comms.collectives_matched(run).iloc[0]
+        assert m["ranks_missing"] == [1] and m["ranks_not_traced"] == [] and m["participants"] == [0]
+        assert not m["complete"]
+
 # ---------------------------------------------------------------- bundled gloo samples
 
 @pytest.fixture(scope="module")
@@ -382,3 +394,17 @@ def test_every_collective_sized_from_wherever_the_trace_keeps_it(tmp_path):
     assert bc["bytes"].isna().all() and bc["size_source"].isna().all()
     assert "2 of 4 collective(s) without a size" in df.attrs["note"] and "broadcast" in df.attrs["note"]
     run.close()
+
+
+def test_a_group_member_list_is_held_once(samples):
+    """Rows of one process group share one member list: the views key a row's group by pg_id (one list per
+    distinct group), so that no table holds group size x rows integers (world_size^2 for a group of all)."""
+    run = samples("ddp4_loopback")
+    df = comms.collectives(run)
+    assert df.pg_id.nunique() == 1 and df.pg_ranks.iloc[0] == [0, 1, 2, 3]
+    assert len({id(v) for v in df.pg_ranks}) == 1
+    cp = comms.comm_participants(run, [0, 1, 2, 3])
+    assert len(cp) == len(df) and len({id(v) for v in cp.pg_ranks}) == 1
+    for table in ("_comm_rows_raw", "_comm_rank_groups", "_comm_pg_config", "_comm_p2p_groups"):
+        kinds = run.sql(f"SELECT column_name, column_type FROM (DESCRIBE {table})")
+        assert not [c for c, t in zip(kinds.column_name, kinds.column_type) if t.endswith("[]")], table
