@@ -79,10 +79,7 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
         if unknown:
             raise TracekitError(f"--ranks: rank {unknown[0]} is not in this run ({len(every)} ranks, "
                                 f"{rank_span(every)})")
-    if executor is not None:
-        from tracekit.ingest.executor import Executor, parse_executor
-
-        executor = executor if isinstance(executor, Executor) else parse_executor(executor)
+    executor = parse_executor_arg(executor)
     cache = _cache_file(run, name, params) if ranks is None else None
     if cache is not None and os.path.isfile(cache):
         try:
@@ -95,18 +92,10 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
         parts = chunks(chosen, None, max(1, int(chunk_ranks)))
     else:
         parts = chunks(chosen, event_counts(run))
-    if executor is not None and executor.kind == "dask":
-        frames = _on_dask(run, name, params, parts, executor)
-    elif len(parts) == 1 and ranks is None:
+    if len(parts) == 1 and ranks is None and executor is None:
         frames = [func(run, **params)]
     else:
-        frames = []
-        for part in parts:
-            sub = run.subset(part)
-            try:
-                frames.append(func(sub, **params))
-            finally:
-                sub.close()
+        frames = map_chunks(run, parts, _analysis_chunk, (name, params), executor=executor, what=name)
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     notes = list(dict.fromkeys(f.attrs.get("note") for f in frames if f.attrs.get("note")))
     if ranks is not None:
@@ -168,31 +157,60 @@ def _describe(ranks: list[int]) -> str:
     return f"{ranks[0]}, {ranks[1]}, ... {ranks[-1]}"
 
 
-def chunk_task(store_path: str, ranks: list[int], name: str, params: dict, allow_external_access: bool):
-    """On a Dask worker: the analysis on one chunk of ranks of the store at store_path (the same path there)."""
+def map_chunks(run, parts: list[list[int]], task, args: tuple = (), *, executor=None, what: str = "a pass"):
+    """[task(chunk_run, part, *args) for part in parts], where chunk_run is run's view of that part's ranks
+    (Run.subset): locally one part after the other, or on the Dask cluster of `executor` (an Executor, parsed),
+    each worker opening the store at the same path. task: a module-level function (a worker imports it)."""
+    if executor is not None and executor.kind == "dask":
+        return _on_dask(run, parts, task, args, executor, what)
+    frames = []
+    for part in parts:
+        sub = run.subset(part)
+        try:
+            frames.append(task(sub, part, *args))
+        finally:
+            sub.close()
+    return frames
+
+
+def _analysis_chunk(run, part, name: str, params: dict):
+    from .registry import get
+
+    return get(name).func(run, **params)
+
+
+def chunk_task(store_path: str, ranks: list[int], task, args: tuple, allow_external_access: bool):
+    """On a Dask worker: task on one chunk of ranks of the store at store_path (the same path there)."""
     from tracekit.run import Run
     from tracekit.store import Store
 
-    from .registry import get
-
     run = Run(Store(store_path), allow_external_access=allow_external_access, ranks=ranks)
     try:
-        return get(name).func(run, **params)
+        return task(run, ranks, *args)
     finally:
         run.close()
 
 
-def _on_dask(run, name: str, params: dict, parts: list[list[int]], ex) -> list[pd.DataFrame]:
+def _on_dask(run, parts: list[list[int]], task, args: tuple, ex, what: str) -> list[pd.DataFrame]:
     from tracekit.ingest.executor import dask_client
 
     with dask_client(ex, "leave --executor out") as client:
-        futures = [client.submit(chunk_task, run.store.path, part, name, dict(params), run.allow_external_access,
-                                 pure=False) for part in parts]
+        futures = [client.submit(chunk_task, run.store.path, part, task, args, run.allow_external_access, pure=False)
+                   for part in parts]
         try:
             return client.gather(futures)
         except TracekitError:
             raise
         except Exception as e:  # a worker died, or cannot see the store
-            raise TracekitError(f"--executor {ex}: a chunk of {name} failed on a Dask worker ({type(e).__name__}: "
+            raise TracekitError(f"--executor {ex}: a chunk of {what} failed on a Dask worker ({type(e).__name__}: "
                                 f"{e}); the store must be on a filesystem every worker sees under the same "
                                 "path") from None
+
+
+def parse_executor_arg(executor):
+    """An Executor from 'dask://HOST:PORT' (or one already made, or None)."""
+    if executor is None:
+        return None
+    from tracekit.ingest.executor import Executor, parse_executor
+
+    return executor if isinstance(executor, Executor) else parse_executor(executor)

@@ -123,12 +123,13 @@ def check_params(name: str, params, spell: Callable[[str], str] = str) -> Analys
     return a
 
 
-def run_analysis(run, name: str, **params):
+def run_analysis(run, name: str, *, executor=None, **params):
     """Call analysis NAME on run with params; unknown parameters are the user's error. A per-rank analysis of a
-    run with more events than a chunk runs chunk by chunk (analyses/per_rank.py: memory bounded by a chunk)."""
+    run with more events than a chunk runs chunk by chunk (analyses/per_rank.py: memory bounded by a chunk), on the
+    Dask cluster of `executor` ('dask://HOST:PORT') when given."""
     a = check_params(name, params)
     from .per_rank import PER_RANK, run_per_rank
 
     if name in PER_RANK and hasattr(run, "subset"):
-        return run_per_rank(run, name, params)
+        return run_per_rank(run, name, params, executor=executor)
     return a.func(run, **params)

@@ -1,6 +1,7 @@
 """Scale benchmark: ingest, one analysis, a links what-if, a DP what-if and doctor at 1,024 / 4,096 / 16,384 ranks.
 
     python bench/scale.py [--ranks 1024 4096 16384] [--work DIR] [--timeout 1800] [--md docs/scale.md]
+    python bench/scale.py --ranks 16384 --steps whatif_links4x doctor   (those rows again, the others kept)
     python bench/scale.py --ranks --work DIR --md docs/scale.md     (the table from the JSON files already there)
 
 The N-rank sets come from bench/make_many_ranks.py (the bundled 4-rank gloo sample, re-timed per rank with matched
@@ -140,26 +141,37 @@ def measure(step: str, n: int, trace_dir: str, store: str, timeout: float) -> di
     return r
 
 
-def run_size(n: int, work: str, timeout: float) -> dict:
+def run_size(n: int, work: str, timeout: float, steps: set | None = None) -> dict:
+    """Measure PLAN's steps at n ranks (steps: only these, the other rows kept from --work's scale-N.json)."""
     d = os.path.join(work, f"set{n}")
     store = os.path.join(work, f"store{n}")
+    path = os.path.join(work, f"scale-{n}.json")
     if not os.path.isdir(d) or len(glob.glob(os.path.join(d, "*.trace.json.gz"))) != n:
         shutil.rmtree(d, ignore_errors=True)
         subprocess.run([sys.executable, os.path.join(ROOT, "bench", "make_many_ranks.py"), str(n), d, "--seed", "1"],
                        check=True)
+    kept = {}
+    if steps is not None and os.path.isfile(path):
+        with open(path) as f:
+            kept = {r["label"]: r for r in json.load(f)["rows"]}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     rows = []
     for step, label, cold in PLAN:
+        if steps is not None and step not in steps:
+            if label in kept:
+                rows.append(kept[label])
+            continue
         if cold:
             shutil.rmtree(os.path.join(store, "cache"), ignore_errors=True)
         r = measure(step, n, d, store, timeout)
-        r.update(step=step, label=label)
+        r.update(step=step, label=label, date=time.strftime("%Y-%m-%d"), commit=commit)
         rows.append(r)
         print(f"{n:6d} ranks  {label:28s} " + (f"{r['wall_s']:7.1f} s  {r['peak_gb']:5.2f} GB" if "error" not in r
               else f"FAILED ({r['error']})"), flush=True)
         if step == "ingest" and "error" in r:
             break
     result = {"ranks": n, "rows": rows, "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count()}
-    with open(os.path.join(work, f"scale-{n}.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(result, f, indent=1)
     return result
 
@@ -213,11 +225,14 @@ def main() -> None:
                     help="sizes to measure (none: only rebuild the table from --work's scale-N.json)")
     ap.add_argument("--work", default=os.path.join(ROOT, "runs", "scale"))
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--steps", nargs="+", choices=sorted(STEPS), default=None,
+                    help="measure only these steps (the other rows kept from --work's scale-N.json: the ingest of an "
+                         "unchanged store need not run again)")
     ap.add_argument("--md", default=None, help="write the table into this markdown file (marker: scale)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     for n in a.ranks:
-        run_size(n, a.work, a.timeout)
+        run_size(n, a.work, a.timeout, set(a.steps) if a.steps else None)
     results = []
     for path in sorted(glob.glob(os.path.join(a.work, "scale-*.json")), key=lambda p: int(p.split("-")[-1][:-5])):
         with open(path) as f:

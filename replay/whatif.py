@@ -11,6 +11,7 @@ import os
 import pandas as pd
 
 from analyses import depgraph as _graph
+from analyses.per_rank import parse_executor_arg
 
 from . import memory
 from .replayer import ReplayResult, folds, replay
@@ -43,13 +44,13 @@ COLUMNS = {
 }
 
 
-def _exposed_ns(run, ranks=None) -> int | None:
+def _exposed_ns(run, ranks=None, executor=None) -> int | None:
     """The job's exposed communication per step, as the exposed_comm analysis gives it on this run (measured or
-    replayed: a replayed run is a store like a measured one); ranks: only these."""
+    replayed: a replayed run is a store like a measured one); ranks: only these; executor: run_analysis's."""
     from analyses.exposed_comm import exposed_comm_job_ns
     from analyses.registry import run_analysis
 
-    df = run_analysis(run, "exposed_comm")  # chunked on a big run, kept in the store's cache (analyses/per_rank.py)
+    df = run_analysis(run, "exposed_comm", executor=executor)  # chunked on a big run, kept in the store's cache (analyses/per_rank.py)
     return exposed_comm_job_ns(df if ranks is None else df[df["rank"].isin(ranks)])
 
 
@@ -74,8 +75,10 @@ def _job_step(summary: pd.DataFrame, col: str) -> int:
     return int(summary[col].max())
 
 
-def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.DataFrame:
-    """One row per scenario (COLUMNS), the measured run first. fold as in replay.run (off with out_dir)."""
+def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto", executor=None) -> pd.DataFrame:
+    """One row per scenario (COLUMNS), the measured run first. fold as in replay.run (off with out_dir). executor:
+    'dask://HOST:PORT' runs the passes over every rank's events (the graph's pass that plans the folding, the
+    measured exposed communication) in chunks of ranks on that Dask cluster; None: in this process."""
     from .scenario import Scenario, load_scenario
 
     scens = [s if isinstance(s, Scenario) else load_scenario(s) for s in scenarios]
@@ -91,10 +94,11 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto") -> pd.Dat
     # the store's; the memory columns read every rank's graph
     fold_first = folds(run, fold)
     folded_late = fold_first and has_memory
-    wide = _graph.run_wide(run) if fold_first and not folded_late else None
+    executor = parse_executor_arg(executor)  # a bad spec fails before any work
+    wide = _graph.run_wide(run, executor=executor) if fold_first and not folded_late else None
     g = _graph.build(run) if wide is None else None
     base = replay(run, graph=g, fold=False) if wide is None else replay(run, fold=fold, wide=wide)
-    meas_exposed = _exposed_ns(run)
+    meas_exposed = _exposed_ns(run, executor=executor)
     s0 = base.summary()
     measured = _job_step(s0, "measured_step_ns")
     par = run.run_manifest().get("parallel") or {}

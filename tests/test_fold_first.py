@@ -116,6 +116,34 @@ def test_a_fold_first_whatif_matches_the_full_graph_folded_the_same_way(run72, f
     assert abs(b - a) <= 0.01 * a, (a, b)
 
 
+
+def _same_wide(a, b):
+    assert a.ranks == b.ranks and a.origin_ns == b.origin_ns and a.members == b.members
+    for name in ("shapes", "colls", "laneless", "steps"):
+        pd.testing.assert_frame_equal(getattr(a, name).reset_index(drop=True), getattr(b, name).reset_index(drop=True),
+                                      obj=name)
+
+
+def test_the_pass_over_every_rank_in_chunks_and_on_dask_is_the_whole_pass(run72, wide72, monkeypatch):
+    """The graph's pass over the store runs a chunk of ranks at a time (a rank a chunk here), locally or on a Dask
+    LocalCluster, and gives the whole pass's shapes, collective instances and origin; so does the what-if."""
+    from analyses import per_rank
+
+    sc = scenario_from_dict({"network": {"bandwidth_scale": 4.0}}, "links4x")
+    local = whatif(run72, [sc], fold="auto").set_index("scenario")
+    monkeypatch.setattr(per_rank, "CHUNK_EVENTS", 1)
+    _same_wide(wide72, depgraph.run_wide(run72))
+    distributed = pytest.importorskip("distributed", reason="distributed not installed (pip install 'tracekit[dask]')")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       host="127.0.0.1", silence_logs=50)
+    try:
+        spec = "dask://" + cluster.scheduler_address.removeprefix("tcp://")
+        _same_wide(wide72, depgraph.run_wide(run72, executor=spec))
+        on = whatif(run72, [sc], fold="auto", executor=spec).set_index("scenario")
+        pd.testing.assert_frame_equal(local, on)
+    finally:
+        cluster.close()
+
 def test_nccl_collectives_of_unbuilt_ranks_keep_the_representatives_graph(tmp_path):
     # a real NCCL job (Megatron TP8): its ranks differ, so nothing folds on its own; folding ranks 4-7 into 0-3 by
     # hand still gives the graph of every rank cut down, through the kernels' participants

@@ -192,6 +192,18 @@ def test_cli_whatif_bad_scenarios_fail_cleanly(tmp_path, text, message):
     assert len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("spec", ["nope", "dask://host:99999"])
+def test_cli_whatif_bad_executor_fails_cleanly(tmp_path, spec):
+    s = tmp_path / "s.toml"
+    s.write_text("[network]\nbandwidth_scale = 2.0\n")
+    res = CliRunner().invoke(cli, ["whatif", str(SAMPLES / "ddp2_2hosts_100mbit"), str(s), "--executor", spec,
+                                   "--store", str(tmp_path / "st")])
+    assert res.exit_code == 2, res.output
+    assert f"--executor {spec!r}" in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "st").exists()  # refused before any ingest
+
+
 @pytest.mark.slow  # ~10 s: 16,384 ranks in each of the gradient collectives
 def test_dp_16384_answers(runs):
     # far beyond the run, well inside replay/specs.py's MAX_DP: the collectives grow, the step with them

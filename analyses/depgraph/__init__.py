@@ -68,7 +68,14 @@ def build(run, ranks=None, wide: RunWide | None = None) -> Graph:
         ranks = select_ranks(run, ranks)
         return _assemble(load(run, ranks), ranks)
     ranks = select_ranks(run, ranks, wide.ranks)
-    d = load(run, ranks, comm=wide.comm[wide.comm["rank"].isin(ranks)], steps=wide.steps, hosts=wide.hosts)
+    # the given ranks' events through views of their files alone: a scan of every rank's files filtered by rank
+    # took minutes of a 16,384-rank what-if that builds 10 ranks' graph
+    sub = run.subset(ranks) if hasattr(run, "subset") and len(ranks) < len(wide.ranks) else run
+    try:
+        d = load(sub, ranks, comm=wide.comm[wide.comm["rank"].isin(ranks)], steps=wide.steps, hosts=wide.hosts)
+    finally:
+        if sub is not run:
+            sub.close()
     return _assemble(d, ranks, wide)
 
 

@@ -20,6 +20,8 @@ import pandas as pd
 from .._sql import query
 from ..comms import comm_participants
 from ..intervals import union_spans
+from .. import per_rank
+from ..per_rank import chunks, event_counts, map_chunks, parse_executor_arg
 from .collectives import collectives
 from .load import _async_annotations_out, _hosts, select_ranks
 from .model import WAIT_CALLS
@@ -41,19 +43,20 @@ class RunWide:
     notes: list = field(default_factory=list)
 
 
-def rank_shapes(run, comm: pd.DataFrame | None = None, ranks: list | None = None) -> pd.DataFrame:
+def rank_shapes(run, comm: pd.DataFrame | None = None, ranks: list | None = None, executor=None) -> pd.DataFrame:
     """Per rank (sorted): `shape`, a key equal for ranks that ran the same events in the same order on the same
     tracks and joined the same collectives, `work_ns`, its measured working time, and `first_ns`, its earliest
     event (analyses/_graph_rank_shapes.sql). comm: every rank's participants (comm_participants), ranks: every
-    rank, when already read."""
+    rank, when already read; executor: the per-rank pass's Dask cluster ('dask://HOST:PORT'), None: this process."""
     ranks = select_ranks(run) if ranks is None else ranks
     comm = comm_participants(run, ranks) if comm is None else comm
-    return _shapes(_tracks(run, ranks), comm)
+    return _shapes(_tracks(run, ranks, executor=executor), comm)
 
 
-def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
+def run_wide(run, comm: pd.DataFrame | None = None, executor=None) -> RunWide:
     """The collective instances over every participant, the origin, the steps, the hosts and the shapes of every
-    rank."""
+    rank. executor: where the pass over every rank's events runs, in chunks of ranks ('dask://HOST:PORT'; None:
+    this process)."""
     ranks = select_ranks(run)
     comm = comm_participants(run, ranks) if comm is None else comm
     hosts = _hosts(run)
@@ -68,7 +71,7 @@ def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
     calls = comm[(comm.timeline == "cpu") & comm.cpu_event_id.notna()][["rank", "cpu_event_id"]]
     callers = calls.merge(cpu[["rank", "event_id", "pid", "tid"]], left_on=["rank", "cpu_event_id"],
                           right_on=["rank", "event_id"])[["rank", "pid", "tid"]].drop_duplicates()
-    tracks = _tracks(run, ranks, callers)
+    tracks = _tracks(run, ranks, callers, executor)
     notes: list = []
     colls, members, laneless = collectives(comm, hosts, notes, cpu, gpu, caller_spans(tracks))
     shapes = _shapes(tracks, comm)
@@ -78,12 +81,24 @@ def run_wide(run, comm: pd.DataFrame | None = None) -> RunWide:
                    laneless=laneless, shapes=shapes, notes=notes)
 
 
-def _tracks(run, ranks, callers: pd.DataFrame | None = None) -> pd.DataFrame:
+def _tracks(run, ranks, callers: pd.DataFrame | None = None, executor=None) -> pd.DataFrame:
     """analyses/_graph_rank_shapes.sql: per track its hash, working time and first event; the working leaves of the
-    callers' threads (rank, pid, tid)."""
+    callers' threads (rank, pid, tid). A track is one rank's, so the ranks go in chunks of CHUNK_EVENTS events (its
+    windows hold every event they order: 82 M at 16,384 ranks), on the Dask cluster of `executor` when given."""
+    parts = chunks(list(ranks), event_counts(run), per_rank.CHUNK_EVENTS)
+    executor = parse_executor_arg(executor)
+    if len(parts) == 1 and executor is None:
+        return _tracks_of(run, list(ranks), callers)
+    frames = map_chunks(run, parts, _tracks_of, (callers,), executor=executor, what="the graph's pass over the ranks")
+    return pd.concat(frames, ignore_index=True)
+
+
+def _tracks_of(run, ranks, callers: pd.DataFrame | None) -> pd.DataFrame:
+    if callers is not None:
+        callers = callers[callers["rank"].isin(ranks)]
     t = [[] if callers is None else callers[c].astype(np.int64).tolist() for c in ("rank", "pid", "tid")]
-    return query(run, "_graph_rank_shapes", ranks=ranks, wait_calls=sorted(WAIT_CALLS), t_rank=t[0], t_pid=t[1],
-                 t_tid=t[2])
+    return query(run, "_graph_rank_shapes", ranks=list(ranks), wait_calls=sorted(WAIT_CALLS), t_rank=t[0],
+                 t_pid=t[1], t_tid=t[2])
 
 
 def _shapes(tracks: pd.DataFrame, comm: pd.DataFrame) -> pd.DataFrame:

@@ -14,10 +14,14 @@ from .replay import fold_mode
               help="Write each scenario's re-timed run as a store under DIR/<scenario name>/.")
 @click.option("--fold/--no-fold", "fold", default=None,
               help="Replay ranks identical up to 5% of timing once (default: on above 64 ranks, off with --out).")
+@click.option("--executor", default=None, metavar="dask://HOST:PORT",
+              help="Run the passes over every rank's events (the folding's plan, the measured exposed communication) "
+                   "in chunks of ranks on this Dask cluster (the store on a filesystem every worker sees under the "
+                   "same path).")
 @format_option()
 @store_option()
 @fail_cleanly
-def whatif_cmd(trace_dir, scenarios, out, fold, fmt, store):
+def whatif_cmd(trace_dir, scenarios, out, fold, executor, fmt, store):
     """Replay TRACE_DIR under each SCENARIO file (TOML or YAML) and compare predicted step time,
     throughput and exposed communication with the measured run.
 
@@ -26,14 +30,19 @@ def whatif_cmd(trace_dir, scenarios, out, fold, fmt, store):
       printf '[network]\\nbandwidth_scale = 4.0\\n' > links4x.toml
       tracekit whatif runs/job42/ links4x.toml
       tracekit whatif runs/job42/ links4x.toml dp4.toml ocs.toml --format json
+      tracekit whatif /shared/runs/job42/ links4x.toml --executor dask://scheduler:8786
     """
     import tracekit
     from replay.scenario import load_scenario
     from replay.whatif import whatif
 
     loaded = [load_scenario(s) for s in scenarios]  # a bad file fails before any ingest or replay
+    if executor is not None:
+        from analyses.per_rank import parse_executor_arg
+
+        executor = parse_executor_arg(executor)  # so does a bad --executor
     with tracekit.open(trace_dir, store=store) as run:
-        df = whatif(run, loaded, out_dir=out, fold=fold_mode(fold, out))
+        df = whatif(run, loaded, out_dir=out, fold=fold_mode(fold, out), executor=executor)
     for name, notes in df.attrs.get("notes", {}).items():
         echo_notes(notes, f"note ({name})")
     # JSON: the scenarios only (scripts compare them with the measured figures already in each row)
