@@ -100,6 +100,26 @@ def _notes(run, df, offsets):
     return df
 
 
+def process_group_configs(run) -> list[tuple[list, int]]:
+    """Each distinct (pg_config, pg_count) of the ranks' distributedInfo, parsed: the process groups a rank's
+    trace lists (dicts with pg_name, pg_desc, pg_size, ranks; a list, or what the trace holds instead) and their
+    count (0 when absent). Every rank's document names every group's members, world_size^2 numbers over the ranks
+    (16,384 documents of 16,384 ranks each), so each distinct list is parsed once."""
+    import json
+
+    df = run.sql("""SELECT DISTINCT json_extract(distributed_info_json, '$.pg_config')::VARCHAR AS pg_config,
+                           TRY_CAST(json_extract(distributed_info_json, '$.pg_count') AS BIGINT) AS pg_count
+                    FROM ranks WHERE json_valid(distributed_info_json) ORDER BY ALL""")
+    out = []
+    for cfg, n in zip(df.pg_config, df.pg_count):
+        try:
+            groups = json.loads(cfg) if isinstance(cfg, str) else None
+        except ValueError:
+            groups = None
+        out.append((groups or [], 0 if pd.isna(n) else int(n)))
+    return out
+
+
 def collectives(run, rank: int | None = None, *, op: str | None = None, aligned: bool = False):
     """One row per (rank, collective): group, op, sizes, call and kernel, match key, arrival delay, wait;
     op: only that op (all_reduce, all_gather, ...)."""

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyses.comms import process_group_configs
 from tracekit.errors import TracekitError
 
 from .costs import P2P_OPS
@@ -253,14 +254,9 @@ def _named_groups(run) -> pd.DataFrame:
     dim, sets_degree (False for sub-groups and copies), sub ('dp_shard' / 'dp_replicate' when DeviceMesh splits
     dp)."""
     rows, unnamed, pg_count = [], {}, 0
-    for doc in run.sql("SELECT distributed_info_json FROM ranks").distributed_info_json.dropna():
-        try:
-            info = json.loads(doc)
-            cfg = info.get("pg_config") or []
-        except (ValueError, AttributeError):
-            continue
-        pg_count = max(pg_count, int(info.get("pg_count") or 0))
-        for p in cfg:
+    for cfg, n in process_group_configs(run):
+        pg_count = max(pg_count, n)
+        for p in cfg if isinstance(cfg, list) else []:
             if not isinstance(p, dict) or not p.get("ranks"):
                 continue
             dim, sets = _dim_of_desc(p.get("pg_desc"))

@@ -14,11 +14,10 @@ What it needs, and what it changes:
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
+from analyses.comms import process_group_configs
 from tracekit.errors import TracekitError
 
 _DP_DESCS = ("dp", "data_parallel", "data-parallel", "ddp", "default_pg", "world")
@@ -39,16 +38,11 @@ def layout(run) -> dict:
 
 
 def _from_distributed_info(run) -> dict:
-    rows = run.sql("SELECT world_size, distributed_info_json FROM ranks")
-    sizes = {int(w) for w in rows.world_size.dropna()}
-    if len(sizes) != 1:
+    rows = run.sql("SELECT DISTINCT world_size FROM ranks WHERE world_size IS NOT NULL")
+    if len(rows) != 1:
         return {}
-    world = sizes.pop()
-    for doc in rows.distributed_info_json.dropna():
-        try:
-            groups = json.loads(doc).get("pg_config") or []
-        except ValueError:
-            return {}
+    world = int(rows.world_size.iloc[0])
+    for groups, _ in process_group_configs(run):
         if any(isinstance(g, dict) and g.get("pg_size") not in (None, world) for g in groups):
             return {}  # other groups than the world's (tensor, pipeline, ...): the layout is not plain DP
     return {"dp": world, "tp": 1, "pp": 1, "micro_batches": 1, "global_batch_size": None, "model_bytes": None,

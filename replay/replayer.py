@@ -57,14 +57,19 @@ class ReplayResult:
     def summary(self) -> pd.DataFrame:
         """Per rank: median measured and predicted step time over the steps (the last step is left out
         when the rank has others), and the error."""
-        rows = []
-        for r, g in self.steps.groupby("rank", sort=True):
-            use = g[~g.is_last] if (~g.is_last).any() else g
-            m = float(np.median(use.measured_step_ns))
-            p = float(np.median(use.predicted_step_ns))
-            rows.append({"rank": int(r), "steps": len(use), "measured_step_ns": int(round(m)),
-                         "predicted_step_ns": int(round(p)), "error_pct": 100.0 * (p - m) / m if m else float("nan")})
-        return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+        st = self.steps
+        if not len(st):
+            return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+        kept = ~st.is_last.astype(bool)
+        use = st[kept | ~kept.groupby(st["rank"]).transform("any")]  # (one pass: a rank a group took 3 s at 32 k)
+        g = use.groupby("rank", sort=True)
+        m = g.measured_step_ns.median().astype(float)
+        p = g.predicted_step_ns.median().astype(float)
+        err = (100.0 * (p - m) / m.where(m != 0)).astype(float)
+        return pd.DataFrame({"rank": m.index.astype(int), "steps": g.size().to_numpy(),
+                             "measured_step_ns": np.round(m.to_numpy()).astype(np.int64),
+                             "predicted_step_ns": np.round(p.to_numpy()).astype(np.int64),
+                             "error_pct": err.to_numpy()}, columns=list(SUMMARY_COLUMNS))
 
     def to_dict(self) -> dict:
         """The stable output: per-rank figures, the overall error (the worst rank's), and the counts."""

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .. import per_rank
 from .._sql import query
 from ..comms import comm_participants
 from ..intervals import union_spans
-from .. import per_rank
 from ..per_rank import chunks, event_counts, map_chunks, parse_executor_arg
 from .collectives import collectives
 from .load import _async_annotations_out, _hosts, select_ranks

@@ -74,14 +74,10 @@ def _stages_from_process_groups(run) -> dict[int, int] | None:
     """rank -> stage from the pipeline process groups the traces' distributedInfo names (pg_desc containing
     'pipeline', as Megatron's PIPELINE_MODEL_PARALLEL_GROUP; embedding groups left out): a rank's stage is
     its place in its pipeline group. None when no trace names one, or the groups disagree."""
-    import json
+    from analyses.comms import process_group_configs
 
     out = {}
-    for doc in run.sql("SELECT distributed_info_json FROM ranks").distributed_info_json.dropna():
-        try:
-            groups = json.loads(doc).get("pg_config") or []
-        except (ValueError, AttributeError):
-            continue
+    for groups, _ in process_group_configs(run):
         for g in groups if isinstance(groups, list) else []:
             desc = str(g.get("pg_desc", "")) if isinstance(g, dict) else ""
             ranks = g.get("ranks") if isinstance(g, dict) else None
