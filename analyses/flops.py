@@ -473,8 +473,10 @@ def mfu(run, by_step: bool = False, catalog: str | None = None, device: str | No
     devices = rank_devices(run, devs, device)
     why, fix = _no_device(run, devices, devs, "mfu_pct is null")
     rows, notes = [], []
+    sized = ops[ops.flops.notna()]
+    of_rank = dict(tuple(sized.groupby("rank")))  # (a filter of every op per rank: ranks x ops)
     for r, st in steps.groupby("rank"):
-        mine = ops[(ops["rank"] == r) & ops.flops.notna()]
+        mine = of_rank.get(r, sized.iloc[:0])
         flop_by_dtype = mine.groupby("dtype").flops.sum() if len(mine) else pd.Series(dtype="float64")
         dtype = str(flop_by_dtype.idxmax()) if len(flop_by_dtype) else None
         dev, _ = devices.get(int(r), (None, None))

@@ -261,3 +261,21 @@ def test_every_evidence_line_names_an_analysis_a_user_can_run(stores):
     assert sorted(set(cited) - set(REGISTRY)) == []
     fs = _doctor_json("ddp3_slow_rank1", stores["ddp3_slow_rank1"])
     assert {e["analysis"] for f in fs for e in f["evidence"]} <= set(REGISTRY)
+
+
+def test_low_mfu_a_chunk_of_ranks_at_a_time_finds_the_same(tmp_path, monkeypatch):
+    """The op table is built a chunk of ranks at a time (a rank a chunk here): the same finding, for the rank
+    whose GEMMs lose the most time."""
+    from analyses import per_rank
+
+    d = tmp_path / "t2"
+    d.mkdir()
+    for r, us in ((0, 5000.0), (1, 8000.0)):
+        doc = json.loads((_gpu_trace(tmp_path / f"one{r}", gemm_us=us) / "rank0.trace.json").read_text())
+        doc["distributedInfo"] = {"rank": r, "world_size": 2}
+        (d / f"rank{r}.trace.json").write_text(json.dumps(doc))
+    with tracekit.open(str(d), store=str(tmp_path / "st")) as run:
+        whole = [f for f in tracekit.doctor(run) if f["kind"] == "low_mfu"]
+        monkeypatch.setattr(per_rank, "CHUNK_EVENTS", 1)
+        chunked = [f for f in tracekit.doctor(run) if f["kind"] == "low_mfu"]
+    assert whole and whole == chunked and whole[0]["rank"] == 1

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 # a finding is stated when its share of the step reaches this (below it the fix is not worth a line)
 MIN_SHARE_PCT = 5.0
@@ -477,12 +478,28 @@ def _isna(v) -> bool:
 
 
 def low_mfu(run, ctx) -> list[Candidate]:
+    from analyses._sql import has_gpu_ops
     from analyses.flops import mfu as mfu_of  # the analyses layer, below this one
     from analyses.flops import op_table_with_kernels, roofline
+    from analyses import per_rank
 
-    ops, kern = op_table_with_kernels(run)  # once: the roofline, the MFU and the kernels to speed up all read it
-    rf = roofline(run, device=ctx.get("device"), ops=ops)
-    mfu = mfu_of(run, device=ctx.get("device"), ops=ops)
+    if ctx.get("device") is None and not has_gpu_ops(run):
+        return []  # a roofline needs kernel time: no rank has any (and no --device to check against the catalog)
+    # the op table (every leaf op's shapes, parsed in Python) a chunk of ranks at a time: the roofline and the MFU
+    # of a rank are its own ops'; the table of 16,384 ranks at once would not fit
+    parts = per_rank.chunks(run.ranks, per_rank.event_counts(run), per_rank.CHUNK_EVENTS)
+    rfs, mfus, whole = [], [], None
+    for part in parts:
+        sub = run if len(parts) == 1 else run.subset(part)
+        try:
+            ops, kern = op_table_with_kernels(sub)  # once: the roofline, the MFU and the kernels all read it
+            rfs.append(roofline(sub, device=ctx.get("device"), ops=ops))
+            mfus.append(mfu_of(sub, device=ctx.get("device"), ops=ops))
+            whole = (ops, kern) if len(parts) == 1 else None
+        finally:
+            if sub is not run:
+                sub.close()
+    rf, mfu = pd.concat(rfs, ignore_index=True), pd.concat(mfus, ignore_index=True)
     rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
     _, per = ctx["per_rank"]
     best = None
@@ -498,6 +515,13 @@ def low_mfu(run, ctx) -> list[Candidate]:
         return []
     row, share_step = best
     r = int(row.rank)
+    if whole is None:
+        sub = run.subset([r])
+        try:
+            whole = op_table_with_kernels(sub)
+        finally:
+            sub.close()
+    ops, kern = whole
     mine = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()]
     names = sorted(set(kern.merge(mine[["rank", "event_id"]], on=["rank", "event_id"]).name))
     if not names:
