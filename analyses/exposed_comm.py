@@ -4,11 +4,11 @@ the per-rank figure every reader of it quotes (the what-if's measured and predic
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ._sql import check_scope, prepare, query, with_note
 from .comms import prepare_views
+from .steps import median_steps
 
 
 def exposed_comm(run, rank: int | None = None, step: int | None = None, *, rules=None):
@@ -38,19 +38,20 @@ PER_RANK_COLUMNS = {
 def exposed_comm_per_rank(df: pd.DataFrame) -> pd.DataFrame:
     """Per rank, from exposed_comm's rows: the medians over its steps (PER_RANK_COLUMNS); a step's timelines
     (GPU kernels, gloo collectives) add up. The job's figure is the worst rank's: exposed_comm_job_ns."""
-    rows = []
-    if len(df):
-        per_step = df.groupby(["rank", "step"], as_index=False).agg(
-            exposed_comm_ns=("exposed_comm_ns", "sum"), overlap_ns=("overlapped_ns", "sum"), comm_ns=("comm_ns", "sum"),
-            step_ns=("step_ns", "first"), is_last=("is_last_step", "first"))
-        timelines = df.groupby("rank").timeline.agg(lambda t: "+".join(sorted(set(t), reverse=True)))
-        for r, x in per_step.groupby("rank", sort=True):
-            use = x[~x.is_last.astype(bool)] if (~x.is_last.astype(bool)).any() else x
-            rows.append({"rank": int(r), "timeline": timelines[r], "steps": len(use),
-                         "exposed_comm_ns": float(np.median(use.exposed_comm_ns)),
-                         "overlap_ns": float(np.median(use.overlap_ns)), "comm_ns": float(np.median(use.comm_ns)),
-                         "step_ns": float(np.median(use.step_ns.dropna())) if use.step_ns.notna().any() else np.nan})
-    return pd.DataFrame(rows, columns=list(PER_RANK_COLUMNS))
+    if not len(df):
+        return pd.DataFrame(columns=list(PER_RANK_COLUMNS))
+    per_step = df.groupby(["rank", "step"], as_index=False).agg(
+        exposed_comm_ns=("exposed_comm_ns", "sum"), overlap_ns=("overlapped_ns", "sum"), comm_ns=("comm_ns", "sum"),
+        step_ns=("step_ns", "first"), is_last=("is_last_step", "first"))
+    timelines = df.groupby("rank").timeline.agg(lambda t: "+".join(sorted(set(t), reverse=True)))
+    g = per_step[median_steps(per_step)].groupby("rank", sort=True)
+    ranks = g.size().index
+    return pd.DataFrame({"rank": ranks.astype(int), "timeline": timelines.reindex(ranks).to_numpy(),
+                         "steps": g.size().to_numpy(),
+                         "exposed_comm_ns": g.exposed_comm_ns.median().astype(float).to_numpy(),
+                         "overlap_ns": g.overlap_ns.median().astype(float).to_numpy(),
+                         "comm_ns": g.comm_ns.median().astype(float).to_numpy(),
+                         "step_ns": g.step_ns.median().astype(float).to_numpy()}, columns=list(PER_RANK_COLUMNS))
 
 
 def exposed_comm_job_ns(df: pd.DataFrame) -> int | None:

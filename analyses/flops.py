@@ -27,6 +27,7 @@ import pandas as pd
 
 from ._sql import with_note
 from .devices import catalog, device_properties, given_device, match
+from .steps import median_steps
 
 ELEM_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
               "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
@@ -464,8 +465,7 @@ def mfu(run, by_step: bool = False, catalog: str | None = None, device: str | No
     ops = op_table(run) if ops is None else ops
     steps = run.sql("SELECT rank, step, ts_ns, end_ns, dur_ns, is_last FROM steps ORDER BY rank, step")
     # the last step of a rank is left out where it has others (it often holds the profiler's teardown)
-    others = steps.groupby("rank").is_last.transform(lambda x: (~x).any())
-    steps = steps[~(steps.is_last & others)]
+    steps = steps[median_steps(steps)]
     if steps.empty:
         steps = run.sql("SELECT rank, NULL::BIGINT AS step, first_ts_ns AS ts_ns, last_end_ns AS end_ns, "
                         "last_end_ns - first_ts_ns AS dur_ns FROM ranks")
