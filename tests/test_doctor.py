@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -279,3 +280,13 @@ def test_low_mfu_a_chunk_of_ranks_at_a_time_finds_the_same(tmp_path, monkeypatch
         monkeypatch.setattr(per_rank, "CHUNK_EVENTS", 1)
         chunked = [f for f in tracekit.doctor(run) if f["kind"] == "low_mfu"]
     assert whole and whole == chunked and whole[0]["rank"] == 1
+
+
+def test_doctor_on_a_cpu_run_with_its_exposed_communication_cached(tmp_path):
+    """A second doctor reads exposed_comm from the store's cache, so no analysis has set up the connection's
+    views before the low-MFU finding asks whether the run has GPU ops (it has none: no finding, no error)."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp4_loopback"
+    for _ in range(2):
+        with tracekit.open(str(sample), store=str(tmp_path / "st")) as run:
+            kinds = {f["kind"] for f in tracekit.doctor(run)}
+            assert "low_mfu" not in kinds
