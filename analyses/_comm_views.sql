@@ -108,8 +108,8 @@ FROM kernels WHERE regexp_matches(name, $comm_kernel_pattern);
 
 -- _comm_group_texts_raw: the member lists the collective metadata spells out, each once.
 CREATE OR REPLACE TEMP TABLE _comm_group_texts_raw AS
-SELECT DISTINCT pg_ranks AS pg_ranks_text FROM (SELECT pg_ranks FROM _comm_calls UNION ALL SELECT pg_ranks FROM _comm_kernels)
-WHERE pg_ranks IS NOT NULL;
+SELECT DISTINCT pg_ranks AS pg_ranks_text
+FROM (SELECT pg_ranks FROM _comm_calls UNION ALL SELECT pg_ranks FROM _comm_kernels) WHERE pg_ranks IS NOT NULL;
 
 -- _comm_groups: every member list a collective can name, once: distributedInfo's groups, the world of each
 -- world size (ranks 0..world_size-1), and the lists the collective metadata spells out (record_param_comms', a
@@ -125,7 +125,8 @@ FROM (SELECT DISTINCT pg_ranks FROM (
 -- _comm_group_texts: the pg_id of each spelled-out list; _comm_group_members: each group's members by place (idx
 -- 0 is the group's rank 0), for a group-local peer's global rank.
 CREATE OR REPLACE TEMP TABLE _comm_group_texts AS
-SELECT t.pg_ranks_text, g.pg_id FROM _comm_group_texts_raw t JOIN _comm_groups g ON g.pg_ranks = TRY_CAST(t.pg_ranks_text AS BIGINT[]);
+SELECT t.pg_ranks_text, g.pg_id
+FROM _comm_group_texts_raw t JOIN _comm_groups g ON g.pg_ranks = TRY_CAST(t.pg_ranks_text AS BIGINT[]);
 
 CREATE OR REPLACE TEMP TABLE _comm_group_members AS
 SELECT pg_id, generate_subscripts(pg_ranks, 1) - 1 AS idx, unnest(pg_ranks) AS member FROM _comm_groups;

@@ -50,7 +50,8 @@ def _exposed_ns(run, ranks=None, executor=None) -> int | None:
     from analyses.exposed_comm import exposed_comm_job_ns
     from analyses.registry import run_analysis
 
-    df = run_analysis(run, "exposed_comm", executor=executor)  # chunked on a big run, kept in the store's cache (analyses/per_rank.py)
+    # chunked on a big run, kept in the store's cache (analyses/per_rank.py)
+    df = run_analysis(run, "exposed_comm", executor=executor)
     return exposed_comm_job_ns(df if ranks is None else df[df["rank"].isin(ranks)])
 
 

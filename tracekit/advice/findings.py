@@ -478,12 +478,12 @@ def _isna(v) -> bool:
 
 
 def low_mfu(run, ctx) -> list[Candidate]:
+    from analyses import per_rank
     from analyses.flops import mfu as mfu_of  # the analyses layer, below this one
     from analyses.flops import op_table_with_kernels, roofline
-    from analyses import per_rank
 
-    device_ops = run.sql("SELECT count(*) AS n FROM (SELECT 1 FROM _events WHERE is_device_op(cat) LIMIT 1)").n.iloc[0]
-    if ctx.get("device") is None and not device_ops:
+    device_ops = run.sql("SELECT count(*) AS n FROM (SELECT 1 FROM _events WHERE is_device_op(cat) LIMIT 1)")
+    if ctx.get("device") is None and not device_ops["n"].iloc[0]:
         return []  # a roofline needs kernel time: no rank has any (and no --device to check against the catalog)
     # the op table (every leaf op's shapes, parsed in Python) a chunk of ranks at a time: the roofline and the MFU
     # of a rank are its own ops'; the table of 16,384 ranks at once would not fit
