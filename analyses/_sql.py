@@ -138,8 +138,10 @@ def check_scope(run, rank=None, step=None) -> None:
 
 
 def has_gpu_ops(run, rank=None) -> bool:
-    return bool(run.sql("SELECT count(*) AS n FROM _gpu_ops_classified WHERE $rank IS NULL OR rank = $rank",
-                        {"rank": rank})["n"].iloc[0])
+    """Whether the run (or the rank) has a GPU op (gpu_ops' rows): asked of the events themselves, so that it needs
+    no view an analysis sets up, and stops at the first (LIMIT 1, pushed into the scan)."""
+    return bool(run.sql("SELECT count(*) AS n FROM (SELECT 1 FROM _events WHERE ph = 'X' AND is_device_op(cat) "
+                        "AND ($rank IS NULL OR rank = $rank) LIMIT 1)", {"rank": rank})["n"].iloc[0])
 
 
 def with_note(df, note: str):

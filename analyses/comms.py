@@ -4,6 +4,8 @@ analyses/collectives*.sql, straggler_attribution.sql, bandwidth_report.sql, comm
 comm_participants.sql). Owns the private views they all read, analyses/_comm_views.sql."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from tracekit.errors import TracekitError
@@ -105,8 +107,6 @@ def process_group_configs(run) -> list[tuple[list, int]]:
     trace lists (dicts with pg_name, pg_desc, pg_size, ranks; a list, or what the trace holds instead) and their
     count (0 when absent). Every rank's document names every group's members, world_size^2 numbers over the ranks
     (16,384 documents of 16,384 ranks each), so each distinct list is parsed once."""
-    import json
-
     df = run.sql("""SELECT DISTINCT json_extract(distributed_info_json, '$.pg_config')::VARCHAR AS pg_config,
                            TRY_CAST(json_extract(distributed_info_json, '$.pg_count') AS BIGINT) AS pg_count
                     FROM ranks WHERE json_valid(distributed_info_json) ORDER BY ALL""")

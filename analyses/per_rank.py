@@ -36,9 +36,10 @@ CHUNK_EVENTS = 4_000_000
 CACHED = frozenset({"exposed_comm"})
 
 
-def chunks(ranks: list[int], events: dict[int, int] | None = None, budget: int = CHUNK_EVENTS) -> list[list[int]]:
+def chunks(ranks: list[int], events: dict[int, int] | None = None, budget: int | None = None) -> list[list[int]]:
     """The ranks in order, cut where the next rank would take a chunk's events (`events`: rank -> count) over
-    `budget`; a rank above it alone. Without counts, `budget` is a number of ranks."""
+    `budget` (default CHUNK_EVENTS); a rank above it alone. Without counts, `budget` is a number of ranks."""
+    budget = CHUNK_EVENTS if budget is None else budget
     out, cur, total = [], [], 0
     for r in ranks:
         n = 1 if events is None else max(1, int(events.get(r, 0)))
@@ -66,12 +67,9 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
     """Analysis NAME (one of PER_RANK) on run's ranks (or `ranks`), a chunk of ranks at a time (CHUNK_EVENTS events,
     or chunk_ranks ranks when given): locally one chunk after the other, or on the Dask cluster of `executor` (an
     Executor or 'dask://HOST:PORT'). Returns the rows of every chunk in rank order; the chunks' notes, once each."""
-    from .registry import get
-
     if name not in PER_RANK:
         raise TracekitError(f"{name}: not a per-rank analysis, so it cannot run on part of the ranks "
                             f"(per-rank: {', '.join(sorted(PER_RANK))})")
-    func = get(name).func
     every = run.ranks
     chosen = every if ranks is None else sorted({int(r) for r in ranks})
     if ranks is not None:
@@ -79,7 +77,7 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
         if unknown:
             raise TracekitError(f"--ranks: rank {unknown[0]} is not in this run ({len(every)} ranks, "
                                 f"{rank_span(every)})")
-    executor = parse_executor_arg(executor)
+    executor = _executor(executor)  # a bad spec fails before the cache is read
     cache = _cache_file(run, name, params) if ranks is None else None
     if cache is not None and os.path.isfile(cache):
         try:
@@ -92,10 +90,7 @@ def run_per_rank(run, name: str, params: dict, *, ranks=None, executor=None, chu
         parts = chunks(chosen, None, max(1, int(chunk_ranks)))
     else:
         parts = chunks(chosen, event_counts(run))
-    if len(parts) == 1 and ranks is None and executor is None:
-        frames = [func(run, **params)]
-    else:
-        frames = map_chunks(run, parts, _analysis_chunk, (name, params), executor=executor, what=name)
+    frames = map_chunks(run, parts, _analysis_chunk, (name, params), executor=executor, what=name)
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     notes = list(dict.fromkeys(f.attrs.get("note") for f in frames if f.attrs.get("note")))
     if ranks is not None:
@@ -159,10 +154,14 @@ def _describe(ranks: list[int]) -> str:
 
 def map_chunks(run, parts: list[list[int]], task, args: tuple = (), *, executor=None, what: str = "a pass"):
     """[task(chunk_run, part, *args) for part in parts], where chunk_run is run's view of that part's ranks
-    (Run.subset): locally one part after the other, or on the Dask cluster of `executor` (an Executor, parsed),
-    each worker opening the store at the same path. task: a module-level function (a worker imports it)."""
+    (Run.subset; run itself for one part of every rank): locally one part after the other, or on the Dask cluster
+    of `executor` (an Executor or its spec), each worker opening the store at the same path. task: a module-level
+    function (a worker imports it)."""
+    executor = _executor(executor)
     if executor is not None and executor.kind == "dask":
         return _on_dask(run, parts, task, args, executor, what)
+    if len(parts) == 1 and list(parts[0]) == list(run.ranks):
+        return [task(run, parts[0], *args)]
     frames = []
     for part in parts:
         sub = run.subset(part)
@@ -171,6 +170,12 @@ def map_chunks(run, parts: list[list[int]], task, args: tuple = (), *, executor=
         finally:
             sub.close()
     return frames
+
+
+def _executor(executor):
+    from tracekit.ingest.executor import as_executor  # (the ingest package: loaded only when asked)
+
+    return as_executor(executor)
 
 
 def _analysis_chunk(run, part, name: str, params: dict):
@@ -206,11 +211,3 @@ def _on_dask(run, parts: list[list[int]], task, args: tuple, ex, what: str) -> l
                                 f"{e}); the store must be on a filesystem every worker sees under the same "
                                 "path") from None
 
-
-def parse_executor_arg(executor):
-    """An Executor from 'dask://HOST:PORT' (or one already made, or None)."""
-    if executor is None:
-        return None
-    from tracekit.ingest.executor import Executor, parse_executor
-
-    return executor if isinstance(executor, Executor) else parse_executor(executor)

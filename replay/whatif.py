@@ -11,7 +11,6 @@ import os
 import pandas as pd
 
 from analyses import depgraph as _graph
-from analyses.per_rank import parse_executor_arg
 
 from . import memory
 from .replayer import ReplayResult, folds, replay
@@ -95,7 +94,9 @@ def whatif(run, scenarios, *, out_dir: str | None = None, fold="auto", executor=
     # the store's; the memory columns read every rank's graph
     fold_first = folds(run, fold)
     folded_late = fold_first and has_memory
-    executor = parse_executor_arg(executor)  # a bad spec fails before any work
+    from tracekit.ingest.executor import as_executor
+
+    executor = as_executor(executor)  # a bad spec fails before any work
     wide = _graph.run_wide(run, executor=executor) if fold_first and not folded_late else None
     g = _graph.build(run) if wide is None else None
     base = replay(run, graph=g, fold=False) if wide is None else replay(run, fold=fold, wide=wide)

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import per_rank
 from .._sql import query
 from ..comms import comm_participants
 from ..intervals import union_spans
-from ..per_rank import chunks, event_counts, map_chunks, parse_executor_arg
+from ..per_rank import chunks, event_counts, map_chunks
 from .collectives import collectives
 from .load import _async_annotations_out, _hosts, select_ranks
 from .model import WAIT_CALLS
@@ -85,12 +84,9 @@ def _tracks(run, ranks, callers: pd.DataFrame | None = None, executor=None) -> p
     """analyses/_graph_rank_shapes.sql: per track its hash, working time and first event; the working leaves of the
     callers' threads (rank, pid, tid). A track is one rank's, so the ranks go in chunks of CHUNK_EVENTS events (its
     windows hold every event they order: 82 M at 16,384 ranks), on the Dask cluster of `executor` when given."""
-    parts = chunks(list(ranks), event_counts(run), per_rank.CHUNK_EVENTS)
-    executor = parse_executor_arg(executor)
-    if len(parts) == 1 and executor is None:
-        return _tracks_of(run, list(ranks), callers)
-    frames = map_chunks(run, parts, _tracks_of, (callers,), executor=executor, what="the graph's pass over the ranks")
-    return pd.concat(frames, ignore_index=True)
+    frames = map_chunks(run, chunks(list(ranks), event_counts(run)), _tracks_of, (callers,), executor=executor,
+                        what="the graph's pass over the ranks")
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
 def _tracks_of(run, ranks, callers: pd.DataFrame | None) -> pd.DataFrame:

@@ -477,29 +477,34 @@ def _isna(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+def _roofline_and_mfu(run, ranks, device, keep_ops: bool):
+    """One chunk of ranks' roofline and MFU from one op table (op_table_with_kernels), and the table itself when
+    keep_ops (a chunk's table is dropped once read: every chunk's at once would be the whole store's)."""
+    from analyses.flops import mfu, op_table_with_kernels, roofline
+
+    ops, kern = op_table_with_kernels(run)
+    return roofline(run, device=device, ops=ops), mfu(run, device=device, ops=ops), (ops, kern) if keep_ops else None
+
+
+def _op_table(run, ranks):
+    from analyses.flops import op_table_with_kernels
+
+    return op_table_with_kernels(run)
+
+
 def low_mfu(run, ctx) -> list[Candidate]:
     from analyses import per_rank
-    from analyses.flops import mfu as mfu_of  # the analyses layer, below this one
-    from analyses.flops import op_table_with_kernels, roofline
+    from analyses._sql import has_gpu_ops
 
-    device_ops = run.sql("SELECT count(*) AS n FROM (SELECT 1 FROM _events WHERE is_device_op(cat) LIMIT 1)")
-    if ctx.get("device") is None and not device_ops["n"].iloc[0]:
+    if ctx.get("device") is None and not has_gpu_ops(run):
         return []  # a roofline needs kernel time: no rank has any (and no --device to check against the catalog)
     # the op table (every leaf op's shapes, parsed in Python) a chunk of ranks at a time: the roofline and the MFU
     # of a rank are its own ops'; the table of 16,384 ranks at once would not fit
-    parts = per_rank.chunks(run.ranks, per_rank.event_counts(run), per_rank.CHUNK_EVENTS)
-    rfs, mfus, whole = [], [], None
-    for part in parts:
-        sub = run if len(parts) == 1 else run.subset(part)
-        try:
-            ops, kern = op_table_with_kernels(sub)  # once: the roofline, the MFU and the kernels all read it
-            rfs.append(roofline(sub, device=ctx.get("device"), ops=ops))
-            mfus.append(mfu_of(sub, device=ctx.get("device"), ops=ops))
-            whole = (ops, kern) if len(parts) == 1 else None
-        finally:
-            if sub is not run:
-                sub.close()
-    rf, mfu = pd.concat(rfs, ignore_index=True), pd.concat(mfus, ignore_index=True)
+    parts = per_rank.chunks(run.ranks, per_rank.event_counts(run))
+    done = per_rank.map_chunks(run, parts, _roofline_and_mfu, (ctx.get("device"), len(parts) == 1),
+                               what="the low-MFU finding")
+    rf, mfu = pd.concat([d[0] for d in done], ignore_index=True), pd.concat([d[1] for d in done], ignore_index=True)
+    whole = done[0][2]
     rf = rf[rf.op_class.isin(["gemm", "attention"]) & rf.share_pct.notna()]
     _, per = ctx["per_rank"]
     best = None
@@ -516,11 +521,7 @@ def low_mfu(run, ctx) -> list[Candidate]:
     row, share_step = best
     r = int(row.rank)
     if whole is None:
-        sub = run.subset([r])
-        try:
-            whole = op_table_with_kernels(sub)
-        finally:
-            sub.close()
+        whole = per_rank.map_chunks(run, [[r]], _op_table)[0]  # the best rank's table again, alone
     ops, kern = whole
     mine = ops[(ops["rank"] == r) & (ops.op_class == row.op_class) & ops.kernel_ns.notna()]
     names = sorted(set(kern.merge(mine[["rank", "event_id"]], on=["rank", "event_id"]).name))

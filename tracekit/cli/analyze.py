@@ -106,10 +106,6 @@ def analyze_cmd(name, trace_dir, list_, rank, step, by_step, drop_last_step, top
             raise TracekitError("--ranks and --sample-ranks: give one of them")
         chosen = (per_rank.parse_ranks(ranks_spec, run.ranks) if ranks_spec is not None
                   else per_rank.sample_ranks(run.ranks, sample_ranks) if sample_ranks is not None else None)
-        if executor is not None:
-            from tracekit.ingest.executor import parse_executor
-
-            executor = parse_executor(executor)
         df = per_rank.run_per_rank(run, name, kwargs, ranks=chosen, executor=executor)
     else:
         df = run_analysis(run, name, **kwargs)

@@ -38,9 +38,9 @@ def whatif_cmd(trace_dir, scenarios, out, fold, executor, fmt, store):
 
     loaded = [load_scenario(s) for s in scenarios]  # a bad file fails before any ingest or replay
     if executor is not None:
-        from analyses.per_rank import parse_executor_arg
+        from tracekit.ingest.executor import as_executor
 
-        executor = parse_executor_arg(executor)  # so does a bad --executor
+        executor = as_executor(executor)  # so does a bad --executor
     with tracekit.open(trace_dir, store=store) as run:
         df = whatif(run, loaded, out_dir=out, fold=fold_mode(fold, out), executor=executor)
     for name, notes in df.attrs.get("notes", {}).items():

@@ -57,6 +57,11 @@ def parse_executor(spec: str | None) -> Executor:
     raise TracekitError(f"--executor {spec!r}: not an executor; use {FORMS}")
 
 
+def as_executor(executor) -> Executor | None:
+    """An Executor from a spec ('dask://HOST:PORT', 'local', ...: parse_executor), or the one given, or None."""
+    return None if executor is None or isinstance(executor, Executor) else parse_executor(executor)
+
+
 def dask_task(task: dict) -> dict:
     """Run on a Dask worker: one trace file -> its staged files. Returns the local pool's reply
     (`{"ok": FileResult fields}` or `{"error": {"path", "reason"}}`), plain data that pickles anywhere."""
