@@ -7,6 +7,11 @@
 -- ProfilerStep of their launching call. Ranks with no GPU op at all get the same figures over their
 -- CPU operators and annotations (timeline = 'cpu'; c10d/gloo ops are the non-compute part).
 --
+-- This query gives the ops, one row each (on_gpu, rank, step, ts_ns, end_ns, is_compute);
+-- analyses/temporal_breakdown.py takes the unions of each (rank, step, timeline) with the one interval union,
+-- analyses/intervals.py, and computes the columns below. DuckDB's framed windows (a running maximum) cost
+-- 0.3-1 us an op on 2 cores, numpy's sort and running maximum 0.05 us (docs/scale.md).
+--
 -- @column rank             global rank
 -- @column step             ProfilerStep#N (by_step), NULL for the whole rank
 -- @column timeline         gpu: GPU ops; cpu: CPU ops of a rank without GPU activity
@@ -23,32 +28,5 @@
 -- @column non_compute_pct  non_compute_ns / kernel_span_ns, percent
 WITH
 -- @include _timeline_ops
--- the 'all' layer holds every op, the 'compute' layer only compute ops; each is merged into islands
-_layers AS (
-  SELECT 'all' AS layer, * FROM _iv
-  UNION ALL
-  SELECT 'compute', * FROM _iv WHERE kernel_class = 'compute'
-),
--- @include _islands
-_union AS (
-  SELECT timeline, rank, step,
-         min(start_ns) FILTER (WHERE layer = 'all') AS start_ns,
-         max(end_ns) FILTER (WHERE layer = 'all') AS end_ns,
-         sum(end_ns - start_ns) FILTER (WHERE layer = 'all') AS busy_ns,
-         coalesce(sum(end_ns - start_ns) FILTER (WHERE layer = 'compute'), 0) AS compute_ns
-  FROM _islands GROUP BY ALL
-),
-_counts AS (SELECT timeline, rank, step, count(*) AS op_count FROM _iv GROUP BY ALL),
-_spans AS (
-  SELECT u.*, c.op_count, u.end_ns - u.start_ns AS kernel_span_ns
-  FROM _union u JOIN _counts c ON c.timeline = u.timeline AND c.rank = u.rank AND c.step IS NOT DISTINCT FROM u.step
-)
-SELECT rank, step, timeline, op_count, start_ns, end_ns, kernel_span_ns, busy_ns::BIGINT AS busy_ns,
-       (kernel_span_ns - busy_ns)::BIGINT AS idle_ns,
-       compute_ns::BIGINT AS compute_ns,
-       (busy_ns - compute_ns)::BIGINT AS non_compute_ns,
-       100.0 * (kernel_span_ns - busy_ns) / nullif(kernel_span_ns, 0) AS idle_pct,
-       100.0 * compute_ns / nullif(kernel_span_ns, 0) AS compute_pct,
-       100.0 * (busy_ns - compute_ns) / nullif(kernel_span_ns, 0) AS non_compute_pct
-FROM _spans
-ORDER BY rank, step NULLS FIRST, timeline
+_ops AS (SELECT timeline = 'gpu' AS on_gpu, rank, step, ts_ns, end_ns, kernel_class = 'compute' AS is_compute FROM _iv)
+SELECT * FROM _ops

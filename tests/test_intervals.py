@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analyses._sql import sql_text
-from analyses.intervals import union_ns, union_spans
+from analyses.intervals import GroupedIntervals, union_ns, union_spans
 
 
 def _spans(start, end):
@@ -49,3 +49,47 @@ def test_the_sql_islands_follow_the_same_rule():
     rows = con.execute(text).fetchall()
     assert [(s, e) for s, e, _ in rows] == _spans(start, end)
     assert sum(n for _, _, n in rows) == len(start)
+
+
+def _grouped_by_hand(group, start, end):
+    out = {}
+    for g in sorted(set(group.tolist())):
+        m = group == g
+        out[g] = (int(m.sum()), int(start[m].min()), int(end[m].max()), union_ns(start[m], end[m]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_grouped_intervals_are_each_groups_union(seed):
+    # groups in any order, of any size, overlapping each other in time: each group's figures are its own alone
+    rng = np.random.default_rng(seed)
+    n = 2000
+    group = rng.choice(np.array([3, 7, 8, 40, 41, 1000]), n)
+    start = rng.integers(10**12, 10**12 + 5000, n)
+    end = start + rng.integers(0, 30, n)  # zero-length ones, touching and nested ones
+    compute = rng.random(n) < 0.4
+    iv = GroupedIntervals(group, start, end)
+    want = _grouped_by_hand(group, start, end)
+    assert iv.groups.tolist() == sorted(want)
+    assert list(zip(iv.count.tolist(), iv.first_start.tolist(), iv.last_end.tolist(), iv.union_ns().tolist())) == \
+        list(want.values())
+    masked = {g: (union_ns(start[(group == g) & compute], end[(group == g) & compute])) for g in want}
+    assert iv.union_ns(compute).tolist() == list(masked.values())
+
+
+def test_grouped_intervals_where_the_shifted_times_would_not_fit():
+    # two groups over 2^61 ns apart: no shift fits 64 bits, so they are taken group by group; the same figures
+    big = 2 ** 61
+    group = np.array([5, 5, 9, 9, 9])
+    start = np.array([0, 3, big, big + 1, big + 10])
+    end = np.array([5, 4, big + 2, big + 3, big + 11])
+    iv = GroupedIntervals(group, start, end)
+    assert iv.groups.tolist() == [5, 9]
+    assert iv.union_ns().tolist() == [5, 4]
+    assert iv.union_ns(np.array([False, True, False, True, True])).tolist() == [1, 3]
+    assert iv.first_start.tolist() == [0, big] and iv.last_end.tolist() == [5, big + 11]
+
+
+def test_grouped_intervals_of_nothing():
+    iv = GroupedIntervals(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert len(iv.groups) == 0 and len(iv.union_ns()) == 0
