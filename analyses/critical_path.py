@@ -44,6 +44,7 @@ _LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaMemcpy", "cudaMemset", "hipLa
 _GAP = {E["origin"]: "cpu", E["thread"]: "cpu", E["stream"]: "gpu_wait", E["launch"]: "launch_overhead",
         E["event_wait"]: "gpu_wait", E["sync"]: "sync", E["enqueue"]: "communication",
         E["host_wait"]: "communication", E["arrive"]: "communication", E["release"]: "communication",
+        E["pair_order"]: "communication",
         E["posted"]: "communication"}
 
 

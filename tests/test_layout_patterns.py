@@ -186,6 +186,40 @@ def test_a_send_and_its_recv_tie_their_two_ends_and_the_receiver_waits_on_the_me
         assert _steps_us(replay.run(run, _twice(model))) == [801.0, 850.5], model
 
 
+def _behind_the_other_way(tmp_path):
+    # 1F1B's steady state: rank 1 sends a gradient back (1 -> 0) and then posts its recv of the next activation
+    # (0 -> 1), which rank 0 posted long before: gloo sends a message once the receiver's ready notice has come,
+    # and rank 1's notice is written into the pair's stream behind the gradient's bytes
+    send = dict(dims=[[[64, 128]], [], [], []], types=["TensorList", "", "Scalar", "Scalar"])
+    r0 = Rank(0).step(1, 0, 1200).op("aten::mm", 0, 100)
+    r0.op("c10d::send", 100, 105, concrete=["", "", "1", "0"], **send).ann("gloo:send", 101, 1100, MAIN, dims=[[64, 128]])
+    r0.op("c10d::recv_", 110, 115, concrete=["", "", "1", "0"], **send).ann("gloo:recv", 111, 900, MAIN, dims=[[64, 128]])
+    r0.op("aten::mm", 905, 1200)  # woke 5 us after the gradient arrived
+    r1 = Rank(1).step(1, 0, 1300).op("aten::mm", 0, 700)
+    r1.op("c10d::send", 700, 705, concrete=["", "", "0", "0"], **send).ann("gloo:send", 701, 703, MAIN, dims=[[64, 128]])
+    r1.op("c10d::recv_", 705, 710, concrete=["", "", "0", "0"], **send).ann("gloo:recv", 706, 1100, MAIN, dims=[[64, 128]])
+    r1.op("aten::mm", 1105, 1300)
+    return _open(tmp_path, [r0, r1])
+
+
+def test_a_message_whose_ready_notice_queued_behind_the_other_way_waits_for_it(tmp_path):
+    run = _behind_the_other_way(tmp_path)
+    g = _exact_baseline(run).graph
+    by_way = {tuple(r): row for r, row in zip(g.colls.ranks, g.colls.itertuples())}
+    grad, act = by_way[(1, 0)], by_way[(0, 1)]
+    # the gradient: from both ends posted (the send's call, 700) to its arrival (900); the activation's window
+    # starts there, not at its own ends posted (705): 200 us of its own
+    assert (grad.barrier_start_ns // US, grad.measured_transfer_ns // US, grad.after_coll) == (700, 200, -1)
+    assert (act.barrier_start_ns // US, act.measured_transfer_ns // US, act.after_coll) == (900, 200, grad.coll_id)
+    order = np.flatnonzero(g.edge_kind == G.E["pair_order"])
+    assert len(order) == 1 and g.coll[g.src[order[0]]] == grad.coll_id and g.coll[g.dst[order[0]]] == act.coll_id
+    for model in MODELS:
+        # links 2x: the gradient 700 -> 800; rank 0 wakes at 805 and computes 295: 1100. The activation goes once
+        # the gradient has arrived, 800 -> 900 (from its own ends posted it would be 705 -> 902.5); rank 1 wakes
+        # at 905 and computes 195: 1100
+        assert _steps_us(replay.run(run, _twice(model))) == [1100.0, 1100.0], model
+
+
 # ---- two process groups (a 2 x 2 mesh), which gloo's trace events do not name: the flight recorder does
 
 def test_the_flight_recorder_names_each_gloo_collectives_group(tmp_path):

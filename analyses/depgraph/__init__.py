@@ -28,6 +28,8 @@ Edges (`Graph.edge_kind`), each from a node's start or end to another node's sta
               waits: FSDP's all-gather, an autograd node's hook): that wait is left out of the thread's pieces
   arrive      participant arrival -> barrier;   release  barrier end -> each participant's exit
   posted      a lane-less participant's arrival -> its exit
+  pair_order  barrier end -> barrier start: a gloo send / recv whose receiver's ready notice queued behind the
+              other way's message on the pair's TCP stream (collectives._behind_on_the_pair)
 
 Every node keeps its measured duration. The time between a node becoming ready (its last dependency
 met, on the measured times) and its measured start is kept as the `lag_ns` of that binding dependency:
@@ -110,6 +112,9 @@ def _assemble(d: Loaded, ranks, wide: RunWide | None = None) -> Graph:
                      colls.measured_transfer_ns.to_numpy(np.int64), colls.op.astype(object).to_numpy(),
                      colls.coll_id.to_numpy(np.int64))
         bar_ids = dict(zip(colls.coll_id.astype(int), ids.tolist()))
+        behind = [(bar_ids[int(y)], bar_ids[int(x)]) for x, y in zip(colls.coll_id, colls.after_coll) if y >= 0]
+        if behind:
+            nb.link([y for y, _ in behind], [x for _, x in behind], True, "pair_order")
     for ids, is_gpu in chains:
         nb.link([origin], ids[:1], True, "origin")
         nb.link(ids[:-1], ids[1:], True, "stream" if is_gpu else "thread")

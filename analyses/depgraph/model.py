@@ -12,7 +12,7 @@ from tracekit.store.devices import RUNTIME_CATEGORIES
 KINDS = ("origin", "cpu", "runtime", "sync", "sync_exit", "gpu", "comm", "comm_exit", "barrier")
 K = {k: i for i, k in enumerate(KINDS)}
 EDGE_KINDS = ("origin", "thread", "stream", "launch", "event_wait", "sync", "enqueue", "host_wait",
-              "arrive", "release", "posted")
+              "arrive", "release", "posted", "pair_order")
 E = {k: i for i, k in enumerate(EDGE_KINDS)}
 
 SYNC_CALLS = frozenset({
