@@ -155,16 +155,26 @@ def test_fsdp_all_gathers_and_the_reduce_scatter_gloo_runs_as_an_all_reduce(tmp_
 
 # ---- a pipeline's send and recv: posted by the call, waited for later; both directions
 
+_P2P_ARGS = dict(dims=[[[64, 128]], [], [], []], types=["TensorList", "", "Scalar", "Scalar"])
+
+
+def _post(rank: Rank, op: str, peer: int, ts: float, ann_end: float) -> Rank:
+    """A send or recv of 64 x 128 floats with `peer`, posted by a 5 us call at ts: the gloo annotation that times
+    it runs from ts + 1 to ann_end on the caller's thread."""
+    call = "c10d::send" if op == "send" else "c10d::recv_"
+    return rank.op(call, ts, ts + 5, concrete=["", "", str(peer), "0"], **_P2P_ARGS).ann(
+        f"gloo:{op}", ts + 1, ann_end, MAIN, dims=[[64, 128]])
+
+
 def _p2p(tmp_path):
-    send = dict(dims=[[[64, 128]], [], [], []], types=["TensorList", "", "Scalar", "Scalar"])
     r0 = Rank(0).step(1, 0, 1100).op("aten::mm", 0, 100)
-    r0.op("c10d::send", 100, 105, concrete=["", "", "1", "0"], **send).ann("gloo:send", 101, 150, MAIN, dims=[[64, 128]])
-    r0.op("c10d::recv_", 110, 115, concrete=["", "", "1", "0"], **send).ann("gloo:recv", 111, 1000, MAIN, dims=[[64, 128]])
+    _post(r0, "send", 1, 100, 150)
+    _post(r0, "recv", 1, 110, 1000)
     r0.op("aten::mm", 1005, 1100)  # woke 5 us after the gradient arrived
     r1 = Rank(1).step(1, 0, 1000)
-    r1.op("c10d::recv_", 50, 55, concrete=["", "", "0", "0"], **send).ann("gloo:recv", 51, 400, MAIN, dims=[[64, 128]])
+    _post(r1, "recv", 0, 50, 400)
     r1.op("aten::mm", 405, 700)
-    r1.op("c10d::send", 700, 705, concrete=["", "", "0", "0"], **send).ann("gloo:send", 701, 720, MAIN, dims=[[64, 128]])
+    _post(r1, "send", 0, 700, 720)
     r1.op("aten::mm", 705, 1000)
     return _open(tmp_path, [r0, r1])
 
@@ -190,14 +200,13 @@ def _behind_the_other_way(tmp_path):
     # 1F1B's steady state: rank 1 sends a gradient back (1 -> 0) and then posts its recv of the next activation
     # (0 -> 1), which rank 0 posted long before: gloo sends a message once the receiver's ready notice has come,
     # and rank 1's notice is written into the pair's stream behind the gradient's bytes
-    send = dict(dims=[[[64, 128]], [], [], []], types=["TensorList", "", "Scalar", "Scalar"])
     r0 = Rank(0).step(1, 0, 1200).op("aten::mm", 0, 100)
-    r0.op("c10d::send", 100, 105, concrete=["", "", "1", "0"], **send).ann("gloo:send", 101, 1100, MAIN, dims=[[64, 128]])
-    r0.op("c10d::recv_", 110, 115, concrete=["", "", "1", "0"], **send).ann("gloo:recv", 111, 900, MAIN, dims=[[64, 128]])
+    _post(r0, "send", 1, 100, 1100)
+    _post(r0, "recv", 1, 110, 900)
     r0.op("aten::mm", 905, 1200)  # woke 5 us after the gradient arrived
     r1 = Rank(1).step(1, 0, 1300).op("aten::mm", 0, 700)
-    r1.op("c10d::send", 700, 705, concrete=["", "", "0", "0"], **send).ann("gloo:send", 701, 703, MAIN, dims=[[64, 128]])
-    r1.op("c10d::recv_", 705, 710, concrete=["", "", "0", "0"], **send).ann("gloo:recv", 706, 1100, MAIN, dims=[[64, 128]])
+    _post(r1, "send", 0, 700, 703)
+    _post(r1, "recv", 0, 705, 1100)
     r1.op("aten::mm", 1105, 1300)
     return _open(tmp_path, [r0, r1])
 
