@@ -40,8 +40,6 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
-
-
 class GroupedIntervals:
     """The intervals [start, end) of many groups (group: integers) at once, for each group's union (union_ns's,
     each group alone). One sort, by group then start: every time is shifted by its group's place times the whole
