@@ -401,7 +401,7 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
     on the link, which follows the flow's bottleneck capacity, and is no longer than all of the flow's bytes take
     there (what a lag has beyond that is CPU too: a rank descheduled on a busy machine). A caller woken later still
     than its own side finished woke up a thread: that part of its host-wait lag stays. Every one of them waits the
-    transfer's tail (replay/linkfit.py)."""
+    transfer's tail (replay/linkfit.py), and so does a message queued behind the transfer on its pair's stream."""
     old, new = fit_flows.capacity, flows.capacity
     k = np.ones(len(node_of))
     most = np.full(len(node_of), np.inf)  # ns the flow's bytes take at its bottleneck, under the fit
@@ -432,7 +432,13 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
         return np.rint(lag - link + link * k[row]).astype(np.int64)
 
     row = bar[g.src[rel]]
-    st.lag_ns[rel] = split(st.lag_ns[rel].astype(np.float64), row, g.from_end[rel]) + extra[row]
+    # the tail comes after the flow, where the barrier ends: an early finisher's lag (from the barrier's start) holds
+    # the whole measured transfer, tail included
+    st.lag_ns[rel] = split(st.lag_ns[rel].astype(np.float64), row, g.from_end[rel]) + np.where(g.from_end[rel],
+                                                                                               extra[row], 0)
+    # a message queued behind this one on the pair's stream (pair_order) goes once its tail is over too
+    after = np.flatnonzero((g.edge_kind == _graph.E["pair_order"]) & (bar[g.src] >= 0))
+    st.lag_ns[after] += extra[bar[g.src[after]]]
     if len(hw):
         row = bar[g.src[hw]]
         st.lag_ns[hw] = split(hw_net.astype(np.float64), row, np.ones(len(hw), bool)) + woke + extra[row]

@@ -321,7 +321,7 @@ def test_a_release_longer_than_the_flows_bytes_take_keeps_the_rest_as_cpu(tmp_pa
 
 
 def test_an_unchanged_scenario_is_the_run_with_either_model(tmp_path):
-    for make in (_tp, _fsdp, _p2p, _late_side):
+    for make in (_tp, _fsdp, _p2p, _behind_the_other_way, _late_side):
         run = make(tmp_path / make.__name__)
         base = replay.run(run)
         for model in MODELS:
