@@ -211,6 +211,26 @@ def _behind_the_other_way(tmp_path):
     return _open(tmp_path, [r0, r1])
 
 
+def _behind_twice(tmp_path):
+    # two rounds of _behind_the_other_way; the second gradient takes 300 us for the first's 200: the links model
+    # keeps its excess over the typical gradient as a tail, which the activation behind it waits out too
+    r0 = Rank(0).step(1, 0, 2500).op("aten::mm", 0, 100)
+    _post(r0, "send", 1, 100, 1100)
+    _post(r0, "recv", 1, 110, 900)
+    r0.op("aten::mm", 905, 1200)
+    _post(r0, "send", 1, 1200, 2300)
+    _post(r0, "recv", 1, 1210, 2100)
+    r0.op("aten::mm", 2105, 2500)
+    r1 = Rank(1).step(1, 0, 2600).op("aten::mm", 0, 700)
+    _post(r1, "send", 0, 700, 703)
+    _post(r1, "recv", 0, 705, 1100)
+    r1.op("aten::mm", 1105, 1800)
+    _post(r1, "send", 0, 1800, 1803)
+    _post(r1, "recv", 0, 1805, 2300)
+    r1.op("aten::mm", 2305, 2600)
+    return _open(tmp_path, [r0, r1])
+
+
 def test_a_message_whose_ready_notice_queued_behind_the_other_way_waits_for_it(tmp_path):
     run = _behind_the_other_way(tmp_path)
     g = _exact_baseline(run).graph
@@ -227,6 +247,20 @@ def test_a_message_whose_ready_notice_queued_behind_the_other_way_waits_for_it(t
         # the gradient has arrived, 800 -> 900 (from its own ends posted it would be 705 -> 902.5); rank 1 wakes
         # at 905 and computes 195: 1100
         assert _steps_us(replay.run(run, _twice(model))) == [1100.0, 1100.0], model
+
+
+def test_the_message_behind_waits_out_the_tail_of_the_one_ahead(tmp_path):
+    # the links model keeps the second gradient's 100 us over the first's as its own tail (what a lone transfer
+    # took beyond the typical one of its kind), after its flow: the activation queued behind it goes only then, and
+    # an unchanged scenario is the run (every event; a barrier ends where its flow does, before the tail)
+    run = _behind_twice(tmp_path)
+    base = replay.run(run)
+    res = replay.run(run, scenario_from_dict({"network": {"model": "links"}}, "same"))
+    _lf, fit, _ = res.info.links_fit
+    assert fit.tail_ns.max() > 0
+    events = res.graph.kind != G.K["barrier"]
+    assert np.array_equal(res.start_ns[events], base.start_ns[events])
+    assert np.array_equal(res.end_ns[events], base.end_ns[events])
 
 
 # ---- two process groups (a 2 x 2 mesh), which gloo's trace events do not name: the flight recorder does
