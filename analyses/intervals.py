@@ -40,68 +40,66 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
+def shift_apart(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The intervals of many groups (group: integers) as one sequence that one sort and one running maximum can cross
+    without carrying a group's end into the next: each group's times shifted past the previous group's (its place
+    times the whole span of the times, so lengths within a group stay ns), or, where that would not fit in 64 bits
+    (a clock jump, millions of groups over hours), every time replaced by its order among all times, offset per
+    group (the order within a group kept, lengths not). Returns (start, end, whether they are ns)."""
+    group, start, end = (np.asarray(a, np.int64) for a in (group, start, end))
+    if not len(start):
+        return start.copy(), end.copy(), True
+    t0 = min(int(start.min()), int(end.min()))
+    span = max(int(start.max()), int(end.max())) - t0 + 1
+    g0 = int(group.min())
+    if (int(group.max()) - g0 + 1) * span < 2 ** 62:
+        shift = group - g0
+        shift *= span
+        shift -= t0
+        return start + shift, end + shift, True
+    both = np.unique(np.r_[start, end])
+    shift = (group - g0) * (len(both) + 1)
+    return np.searchsorted(both, start) + shift, np.searchsorted(both, end) + shift, False
+
+
 class GroupedIntervals:
     """The intervals [start, end) of many groups (group: integers) at once, for each group's union (union_ns's,
-    each group alone). One sort, by group then start: every time is shifted by its group's place times the whole
-    span of the times, so that one running maximum over all the groups never carries a group's end into the next
-    (union_spans' islands, by the same code). Groups come out in ascending order: `groups`, and per group `count`,
-    `first_start`, `last_end` and union_ns(). Where the shifted times would not fit in 64 bits (millions of groups
-    over hours), group by group."""
+    each group alone): one sort and one running maximum over the times shift_apart makes, union_spans' islands by
+    the same code. Groups come out in ascending order: `groups`, and per group `count`, `first_start`, `last_end`
+    and union_ns()."""
 
     def __init__(self, group: np.ndarray, start: np.ndarray, end: np.ndarray):
         group, start, end = (np.asarray(a, np.int64) for a in (group, start, end))
-        self._shifted = bool(len(start))
-        if self._shifted:
-            lo = min(int(start.min()), int(end.min()))
-            span = max(int(start.max()), int(end.max())) - lo + 1
-            g0 = int(group.min())
-            self._shifted = (int(group.max()) - g0 + 1) * span < 2 ** 62
-        if not self._shifted:  # (or no intervals) a lexsort, and group by group
-            self._order = np.lexsort((start, group))
-            self._group, self._s, self._e = group[self._order], start[self._order], end[self._order]
-            self._firsts = np.flatnonzero(np.r_[True, self._group[1:] != self._group[:-1]]) if len(start) else \
-                np.zeros(0, np.int64)
-            self.groups = self._group[self._firsts]
-            self.count = np.diff(np.r_[self._firsts, len(start)]).astype(np.int64)
-            self.first_start = self._s[self._firsts]
-            self.last_end = np.maximum.reduceat(self._e, self._firsts) if len(start) else np.zeros(0, np.int64)
-            return
-        shift = group - g0
-        shift *= span
-        shift -= lo
-        s = shift + start
-        self._order = order = np.argsort(s)
-        self._s = s = s[order]
-        shift += end
-        self._e = e = shift[order]
-        del shift
-        gs = s // span
-        self._firsts = firsts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
-        self.groups = gs[firsts] + g0
-        self.count = np.diff(np.r_[firsts, len(s)])
-        base = (self.groups - g0) * span - lo
-        self.first_start = s[firsts] - base
-        self.last_end = np.maximum.reduceat(e, firsts) - base
+        s_key, e_key, in_ns = shift_apart(group, start, end)
+        self._order = order = np.argsort(s_key)
+        self._s, self._e = s_key[order], e_key[order]  # the keys the islands are found on
+        del s_key, e_key
+        self._group = group[order]
+        self._firsts = firsts = np.flatnonzero(np.r_[True, self._group[1:] != self._group[:-1]]) if len(order) \
+            else np.zeros(0, np.int64)
+        self.groups = self._group[firsts]
+        self.count = np.diff(np.r_[firsts, len(order)]).astype(np.int64)
+        self.first_start = start[order[firsts]]
+        # what lengths are taken on: the keys where they are shifted ns (a group's shift cancels), else the times
+        self._in_ns = in_ns
+        self._len_s, self._len_e = (self._s, self._e) if self._in_ns else (start[order], end[order])
+        shift = self._len_s[firsts] - self.first_start
+        self.last_end = (np.maximum.reduceat(self._len_e, firsts) - shift) if len(order) else np.zeros(0, np.int64)
 
     def union_ns(self, mask: np.ndarray | None = None) -> np.ndarray:
         """Each group's union length, ns (0 where mask leaves a group none); mask: which intervals count, in the
         order the intervals were given."""
         out = np.zeros(len(self.groups), np.int64)
-        s, e = self._s, self._e
+        s, e, ls, le, g = self._s, self._e, self._len_s, self._len_e, self._group
         if mask is not None:
             keep = np.asarray(mask, bool)[self._order]
-            s, e = s[keep], e[keep]
+            s, e, g = s[keep], e[keep], g[keep]
+            ls, le = (s, e) if self._in_ns else (ls[keep], le[keep])
         if not len(s):
             return out
-        if not self._shifted:
-            group = self._group if mask is None else self._group[keep]
-            cut = np.flatnonzero(group[1:] != group[:-1]) + 1
-            for a, b in zip(np.r_[0, cut], np.r_[cut, len(s)]):
-                out[np.searchsorted(self.groups, group[a])] = union_ns(s[a:b], e[a:b])
-            return out
         heads = _island_heads(s, e)
-        lengths = np.maximum.reduceat(e, heads) - s[heads]
-        place = np.searchsorted(self._s[self._firsts], s[heads], side="right") - 1  # each island's group
+        lengths = np.maximum.reduceat(le, heads) - ls[heads]
+        place = np.searchsorted(self.groups, g[heads])  # each island's group
         firsts = np.flatnonzero(np.r_[True, place[1:] != place[:-1]])
         out[place[firsts]] = np.add.reduceat(lengths, firsts)
         return out

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyses.intervals import shift_apart
+
 from .costs import P2P_OPS, flat_coefficients
 from .sharing import Flows
 
@@ -224,28 +226,13 @@ def overlapped(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray) -> np.nd
     if len(lf) < 2:
         return out
     _order, who, s, e, lk = _by_link(lf, start_ns, end_ns)
-    # one running maximum over all links at once: each link's times shifted past the previous link's
-    t0 = int(s.min())
-    span = int(max(e.max(), s.max())) - t0 + 1
-    if int(lk.max()) + 1 <= (2 ** 62) // span:
-        shift = lk.astype(np.int64) * span - t0
-        s, e = s + shift, e + shift
-    else:  # windows too far apart for int64 (a trace with a clock jump): link k's rank among the links instead
-        s, e = _rank_within_links(s, e, lk)
+    s, e, _ = shift_apart(lk, s, e)  # one running maximum over all links at once
     same = lk[1:] == lk[:-1]
     before = np.maximum.accumulate(e)  # the latest end of the flows started so far (on this link: shifted)
     earlier = np.r_[False, same & (s[1:] < before[:-1])]  # started before an earlier one on its link ended
     later = np.r_[same & (s[1:] < e[:-1]), False]  # the next one on its link started before it ended
     out[who[earlier | later]] = True
     return out
-
-
-def _rank_within_links(s: np.ndarray, e: np.ndarray, lk: np.ndarray):
-    """Starts and ends replaced by their order among all times, offset per link (for overlapped)."""
-    both = np.unique(np.r_[s, e])
-    n = len(both) + 1
-    shift = lk.astype(np.int64) * n
-    return np.searchsorted(both, s) + shift, np.searchsorted(both, e) + shift
 
 
 def period_ends(lf: LinkFlows, start_ns: np.ndarray, end_ns: np.ndarray, periods: np.ndarray | None = None) -> np.ndarray:

@@ -196,37 +196,37 @@ def test_a_send_and_its_recv_tie_their_two_ends_and_the_receiver_waits_on_the_me
         assert _steps_us(replay.run(run, _twice(model))) == [801.0, 850.5], model
 
 
+def _exchange(r0: Rank, r1: Rank, t: float, grad_us: float, act_us: float = 200) -> None:
+    """1F1B's steady state from t: rank 0 posts the next activation's send and the gradient's recv; rank 1 sends the
+    gradient back at t + 600 (grad_us on the link) and then posts its recv of the activation, which gloo sends once
+    rank 1's ready notice has come, and that notice is written into the pair's stream behind the gradient's bytes
+    (the activation: act_us once the gradient has arrived)."""
+    grad_end = t + 600 + grad_us
+    _post(r0, "send", 1, t, grad_end + act_us)
+    _post(r0, "recv", 1, t + 10, grad_end)
+    _post(r1, "send", 0, t + 600, t + 603)
+    _post(r1, "recv", 0, t + 605, grad_end + act_us)
+
+
 def _behind_the_other_way(tmp_path):
-    # 1F1B's steady state: rank 1 sends a gradient back (1 -> 0) and then posts its recv of the next activation
-    # (0 -> 1), which rank 0 posted long before: gloo sends a message once the receiver's ready notice has come,
-    # and rank 1's notice is written into the pair's stream behind the gradient's bytes
     r0 = Rank(0).step(1, 0, 1200).op("aten::mm", 0, 100)
-    _post(r0, "send", 1, 100, 1100)
-    _post(r0, "recv", 1, 110, 900)
-    r0.op("aten::mm", 905, 1200)  # woke 5 us after the gradient arrived
     r1 = Rank(1).step(1, 0, 1300).op("aten::mm", 0, 700)
-    _post(r1, "send", 0, 700, 703)
-    _post(r1, "recv", 0, 705, 1100)
+    _exchange(r0, r1, 100, 200)
+    r0.op("aten::mm", 905, 1200)  # woke 5 us after the gradient arrived
     r1.op("aten::mm", 1105, 1300)
     return _open(tmp_path, [r0, r1])
 
 
 def _behind_twice(tmp_path):
-    # two rounds of _behind_the_other_way; the second gradient takes 300 us for the first's 200: the links model
-    # keeps its excess over the typical gradient as a tail, which the activation behind it waits out too
+    # two rounds; the second gradient takes 300 us for the first's 200: the links model keeps its excess over the
+    # typical gradient as a tail, which the activation behind it waits out too
     r0 = Rank(0).step(1, 0, 2500).op("aten::mm", 0, 100)
-    _post(r0, "send", 1, 100, 1100)
-    _post(r0, "recv", 1, 110, 900)
-    r0.op("aten::mm", 905, 1200)
-    _post(r0, "send", 1, 1200, 2300)
-    _post(r0, "recv", 1, 1210, 2100)
-    r0.op("aten::mm", 2105, 2500)
     r1 = Rank(1).step(1, 0, 2600).op("aten::mm", 0, 700)
-    _post(r1, "send", 0, 700, 703)
-    _post(r1, "recv", 0, 705, 1100)
+    _exchange(r0, r1, 100, 200)
+    r0.op("aten::mm", 905, 1200)
     r1.op("aten::mm", 1105, 1800)
-    _post(r1, "send", 0, 1800, 1803)
-    _post(r1, "recv", 0, 1805, 2300)
+    _exchange(r0, r1, 1200, 300)
+    r0.op("aten::mm", 2105, 2500)
     r1.op("aten::mm", 2305, 2600)
     return _open(tmp_path, [r0, r1])
 

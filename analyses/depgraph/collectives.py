@@ -266,9 +266,9 @@ def _behind_on_the_pair(df: pd.DataFrame) -> np.ndarray:
     src, dst = df.p2p_src.to_numpy(), df.p2p_dst.to_numpy()
     posted = np.full(len(df), np.iinfo(np.int64).min, np.int64)  # when the receiver posted its recv
     for i in np.flatnonzero(p2p):
-        for r, t in zip(df.present_ranks.iat[i], df.arrivals.iat[i]):
-            if r == dst[i]:
-                posted[i] = int(t)
+        at = dict(zip(df.present_ranks.iat[i], df.arrivals.iat[i])).get(dst[i])
+        if at is not None:
+            posted[i] = int(at)
     by_way: dict = {}
     for i in np.flatnonzero(p2p & (posted > np.iinfo(np.int64).min)):
         by_way.setdefault((df.pg_name.iat[i], int(src[i]), int(dst[i])), []).append(i)
