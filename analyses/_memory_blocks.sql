@@ -12,13 +12,14 @@
 --
 -- Blocks: an allocation (Bytes > 0) lives until the next event at its address on its rank and device: the free
 -- that ends it or, where the free was lost, the allocation that reuses the address.
+-- The events are _memory_events.sql's: on a CPU device, Total Allocated less the lost frees' bytes.
 -- A block's category comes from the CPU operators and annotations around its allocation on its thread, and how
 -- long it lives, first rule that holds:
 --   parameters             under FSDP2's all-gather (FSDP::all_gather*, fsdp::all_gather_copy_in,
 --                          fsdp::split_with_sizes_copy): the unsharded parameters and the buffer they are gathered in
 --   communication_buffers  in a communication call (_cpu_op_is_comm: c10d::*, functional collectives, nccl:*,
---                          gloo:*, record_param_comms), live as long as it may (gloo's reduce-scatter keeps a clone
---                          of its input past the step)
+--                          gloo:*, record_param_comms), live as long as it may (a buffer gloo's worker thread frees
+--                          has no free event on a CPU trace: _memory_events.sql)
 --   gradients              in the backward (autograd::engine::evaluate_function: *, *Backward* nodes,
 --                          FSDP::post_backward*, FSDP::root_post_backward*) and either still live after the step's
 --                          backward ends (FSDP2's reduce-scatter output: the sharded gradients) or freed inside
@@ -43,7 +44,7 @@
 --   parameters = min(pre-profiling bytes, P); optimizer_state = min(the rest, 2 x P) when the optimizer is Adam
 --   or AdamW (Optimizer.step#Adam.step, #AdamW.step: exp_avg and exp_avg_sq, each a parameter's size); the rest:
 --   other. Without shapes (record_shapes=False, or no optimizer step nor AccumulateGrad) all of it is other.
-_mem_events AS (SELECT * FROM memory WHERE ($rank IS NULL OR rank = $rank)),
+-- @include _memory_events
 -- @include _memory_peak
 _mem_categories AS (
   SELECT * FROM (VALUES ('parameters', 1), ('gradients', 2), ('optimizer_state', 3), ('activations', 4),

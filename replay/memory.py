@@ -449,12 +449,14 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
 
 
 def _memory_analysis(run, cache: dict, name: str) -> pd.DataFrame:
-    """The memory analysis `name` of the run (or "memory_series": every rank's allocator totals in order), read
+    """The memory analysis `name` of the run (or "memory_series": every rank's allocator totals in order, the
+    memory_timeline analysis's), read
     once for everything that shares cache (one what-if's facts.analyses, doctor's headroom search)."""
     import analyses.memory as _memory
 
     if name not in cache:
-        cache[name] = run.sql(_EVENTS) if name == "memory_series" else getattr(_memory, name)(run)
+        cache[name] = (_memory.memory_timeline(run).rename(columns={"allocated_bytes": "total_allocated"})
+                       if name == "memory_series" else getattr(_memory, name)(run))
     return cache[name]
 
 
@@ -519,12 +521,6 @@ def offload(run, g, facts: OpFacts, sc) -> tuple[np.ndarray, dict, list]:
 
 
 # ---- the peak ------------------------------------------------------------------------------------------
-_EVENTS = """
-SELECT rank, device_type, device_id, ts_ns, total_allocated FROM memory
-ORDER BY rank, device_type, device_id, ts_ns, event_id
-"""
-
-
 PEAK_COLUMNS = ["rank", "device_type", "device_id", "measured_peak_alloc_bytes", "predicted_peak_alloc_bytes"]
 
 

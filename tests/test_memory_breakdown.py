@@ -215,3 +215,33 @@ def test_shared_gpu_traces_add_up_to_the_peak(tmp_path, rel, rank_from):
     assert len(gpu) == len(CATEGORIES) and gpu.set_index("category").loc["activations", "bytes_at_peak"] > 0
     # neither trace records shapes: the weights loaded before profiling are other, and the note says so
     assert "bytes allocated before profiling are in other" in df.attrs["note"]
+
+
+def test_a_free_the_cpu_trace_lost_comes_off_the_total_where_the_address_is_allocated_again(tmp_path):
+    # PyTorch's CPU allocator writes a free to the trace only from a thread the profiler follows: a block freed on
+    # gloo's worker thread keeps its bytes in Total Allocated for good. Its address allocated again says it had
+    # ended. The CUDA caching allocator's totals count every thread's frees: its events are kept as written.
+    def events(device_type):
+        a = _Alloc(0)
+        ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"), _op("aten::linear", 100, 400)]
+        a(110, 0x10, 1000)   # freed on an unprofiled thread: no event
+        a(200, 0x10, 600)    # its address again: 1600 recorded, 600 live
+        a(210, 0x20, 300)    # 1900 recorded, 900 live
+        a(300, 0x10, -600)
+        a(310, 0x20, -300)   # 1000 recorded for good, nothing live
+        for e in a.events:
+            e["args"]["Device Type"], e["args"]["Device Id"] = device_type, (0 if device_type else -1)
+        return ev + a.events
+
+    for device_type, want_peak, want_totals in ((0, 1000, [1000, 600, 900, 300, 0]),
+                                                (1, 1900, [1000, 1600, 1900, 1300, 1000])):
+        d = tmp_path / f"dev{device_type}"
+        write_trace(d / "rank0.trace.json", events(device_type), rank=0, world_size=1)
+        with tracekit.open(d, store=str(tmp_path / f"s{device_type}")) as run:
+            tl = analyses.memory_timeline(run)
+            assert tl.allocated_bytes.tolist() == want_totals
+            assert tl.lost_free_bytes.tolist() == ([0, 1000, 1000, 1000, 1000] if device_type == 0 else [0] * 5)
+            peak = analyses.memory_peak(run)
+            assert peak.peak_allocated_bytes.tolist() == [want_peak]
+            assert peak.allocated_bytes_end.tolist() == [want_totals[-1]]
+            assert analyses.memory_breakdown(run).bytes_at_peak.sum() == want_peak
