@@ -653,10 +653,15 @@ def _recomputed(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
 
 def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     """A checkpointed run without checkpointing: what each recompute allocates and keeps is held from the start of
-    its forward block on."""
+    its forward block on. What it keeps: what it allocates and is still live at its end, and the activations
+    (memory_blocks' category: the forward's operators under a backward node) allocated after its end and before the
+    next recompute starts: a recompute's span ends at its last operator with an autograd sequence number, and a
+    tensor subclass's operators (DTensor's redistributions, a tensor-parallel block's collectives and the operators
+    after them) have none."""
     out = []
     ts = blocks.alloc_ts_ns.to_numpy(np.int64)
     ends = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
+    act = (blocks.category == "activations").to_numpy(bool)
     rec = facts.recompute_spans
     rec = rec[rec["rank"] == rank]
     st = g.steps[g.steps["rank"] == rank]
@@ -665,10 +670,12 @@ def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
         mine = rec[(rec.start >= s0) & (rec.start < s1)].sort_values("start")
         if not len(mine) or not spans:
             continue
-        for j, (a, b) in enumerate(zip(mine.start.to_numpy(np.int64), mine.end.to_numpy(np.int64))):
+        starts = mine.start.to_numpy(np.int64)
+        upto = np.append(starts[1:], s1)
+        for j, (a, b) in enumerate(zip(starts, mine.end.to_numpy(np.int64))):
             k = len(spans) - 1 - j  # the backward recomputes the last block first
             start = spans[max(k, 0)][0]
-            held = np.flatnonzero((ts >= a) & (ts < b) & (ends > b))
+            held = np.flatnonzero(((ts >= a) & (ts < b) & (ends > b)) | ((ts >= b) & (ts < upto[j]) & act))
             out += [(start, int(t), float(x)) for t, x in zip(ts[held], blocks.bytes.to_numpy()[held])]
     return out
 
