@@ -11,8 +11,9 @@
 --   _mem_categories      the six categories (category, category_order)
 --
 -- Blocks: an allocation (Bytes > 0) lives until the next event at its address on its rank and device: the free
--- that ends it or, where the free was lost, the allocation that reuses the address.
--- The events are _memory_events.sql's: on a CPU device, Total Allocated less the lost frees' bytes.
+-- that ends it or, where the free was lost, the allocation that reuses the address; on a CPU device a collective's
+-- buffer with neither ends after its transfer (_memory_events.sql, whose events read Total Allocated less the lost
+-- frees' bytes).
 -- A block's category comes from the CPU operators and annotations around its allocation on its thread, and how
 -- long it lives, first rule that holds:
 --   parameters             under FSDP2's all-gather (FSDP::all_gather*, fsdp::all_gather_copy_in,
@@ -50,16 +51,12 @@ _mem_categories AS (
   SELECT * FROM (VALUES ('parameters', 1), ('gradients', 2), ('optimizer_state', 3), ('activations', 4),
                         ('communication_buffers', 5), ('other', 6)) t(category, category_order)
 ),
-_mem_seq AS (
-  SELECT *, lead(event_id) OVER w AS next_event_id, lead(ts_ns) OVER w AS next_ts_ns, lead(pid) OVER w AS next_pid,
-         lead(tid) OVER w AS next_tid
-  FROM _mem_events
-  WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY ts_ns, event_id)
-),
 _mem_blocks AS (
-  SELECT rank, device_type, device_id, pid, tid, event_id AS alloc_event_id, ts_ns AS alloc_ts_ns, bytes,
-         next_event_id AS end_event_id, next_ts_ns AS end_ts_ns, next_pid AS end_pid, next_tid AS end_tid
-  FROM _mem_seq WHERE bytes > 0
+  SELECT e.rank, e.device_type, e.device_id, e.pid, e.tid, e.event_id AS alloc_event_id, e.ts_ns AS alloc_ts_ns,
+         e.bytes, b.end_event_id, b.end_ts_ns, b.end_pid, b.end_tid
+  FROM _mem_events e
+  JOIN _mem_block_ends b ON b.rank = e.rank AND b.device_type = e.device_type AND b.device_id = e.device_id
+                        AND b.alloc_event_id = e.event_id
 ),
 _mem_ops_all AS (
   SELECT rank, pid, tid, name, cat, ts_ns, ts_ns + dur_ns AS end_ns

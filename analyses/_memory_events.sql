@@ -1,25 +1,74 @@
--- Shared private fragment: the [memory] events in scope, with each CPU event's Total Allocated less the blocks
--- whose free the trace lost, the one series every memory analysis reads (memory_timeline, memory_peak, and
--- memory_breakdown's blocks through _memory_blocks). Spliced by analyses/_sql.py where a .sql file says
--- `-- @include _memory_events`, at the head of a WITH list; needs $rank. Defines
---   _mem_events  the memory table's rows in scope, total_allocated corrected, and lost_free_bytes: the bytes taken
---                off it (0 on a CUDA device)
+-- Shared private fragment: the [memory] events in scope and the block each allocation makes, with the frees a CPU
+-- trace lost put back, the one series and the one set of block ends every memory analysis reads (memory_timeline,
+-- memory_peak, and memory_breakdown's blocks through _memory_blocks). Spliced by analyses/_sql.py where a .sql file
+-- says `-- @include _memory_events`, at the head of a WITH list; needs $rank. Defines
+--   _mem_block_ends  per allocation (Bytes > 0): the event that ends its block (end_event_id, end_ts_ns, end_pid,
+--                    end_tid; NULL: live at the trace's end) and whether the trace lost its free (lost)
+--   _mem_events      the memory table's rows in scope, total_allocated less lost_free_bytes: the bytes of the blocks
+--                    whose free was lost and that had ended by the event (0 on a CUDA device)
 --
--- PyTorch's CPU allocator reports a free to the profiler only from a thread the profiler follows, and its Total
--- Allocated comes down only there (c10::ProfiledCPUMemoryReporter: a free on any other thread, such as gloo's
--- worker threads dropping a collective's buffer, writes no event and leaves the block's bytes counted). A lost
--- free shows where the block's address is allocated again with no free between: the block ended by then, and from
--- that event on its bytes are off the total. A block whose address is never allocated again stays counted (its
--- free may have been lost too). The CUDA caching allocator keeps its totals on every thread: its events are kept
--- as written.
+-- A block lives until the next event at its address: the free that ends it or, where the free was lost, the
+-- allocation that reuses the address. PyTorch's CPU allocator reports a free to the profiler only from a thread the
+-- profiler follows, and its Total Allocated comes down only there (c10::ProfiledCPUMemoryReporter): a block another
+-- thread frees writes no event and stays counted. So on a CPU device:
+--   - a block whose address is allocated again with no free between had ended by then;
+--   - a block made inside a process group's collective call (c10d::*) that no later event at its address ends was
+--     the backend's own buffer, released by its worker thread (gloo's reduce-scatter runs an all-reduce of a clone
+--     of its input): it ends at the first event after the first backend transfer (a gloo:* annotation) that began
+--     during the call ended. A functional collective's (_c10d_functional::*) output is the caller's tensor: not so;
+-- and from the event that ends it, a lost block's bytes are off the total. The CUDA caching allocator keeps its
+-- totals on every thread: its events are kept as written, and a reuse only ends the block.
 _mem_raw AS (SELECT * FROM memory WHERE ($rank IS NULL OR rank = $rank)),
+_mem_seq AS (
+  SELECT *, lead(event_id) OVER w AS next_event_id, lead(ts_ns) OVER w AS next_ts_ns, lead(pid) OVER w AS next_pid,
+         lead(tid) OVER w AS next_tid, lead(bytes) OVER w AS next_bytes
+  FROM _mem_raw
+  WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY ts_ns, event_id)
+),
+_mem_orphans AS (
+  SELECT rank, device_type, device_id, pid, tid, event_id, ts_ns FROM _mem_seq
+  WHERE device_type = 0 AND bytes > 0 AND next_event_id IS NULL
+),
+_mem_calls AS (
+  SELECT rank, pid, tid, name, ts_ns, ts_ns + dur_ns AS end_ns FROM events
+  WHERE ph = 'X' AND cat = 'cpu_op' AND dur_ns > 0 AND ($rank IS NULL OR rank = $rank)
+    AND (starts_with(name, 'c10d::') OR starts_with(name, '_c10d_functional::'))
+),
+_mem_orphan_calls AS (
+  SELECT o.rank, o.device_type, o.device_id, o.event_id, c.ts_ns AS call_ts_ns, c.end_ns AS call_end_ns
+  FROM _mem_orphans o
+  JOIN _mem_calls c ON c.rank = o.rank AND c.pid = o.pid AND c.tid = o.tid AND starts_with(c.name, 'c10d::')
+                    AND o.ts_ns >= c.ts_ns AND o.ts_ns < c.end_ns
+  WHERE NOT EXISTS (SELECT 1 FROM _mem_calls f
+                    WHERE f.rank = o.rank AND f.pid = o.pid AND f.tid = o.tid AND starts_with(f.name, '_c10d_functional::')
+                      AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns)
+),
+_mem_orphan_done AS (
+  SELECT o.rank, o.device_type, o.device_id, o.event_id, arg_min(t.ts_ns + t.dur_ns, t.ts_ns) AS done_ns
+  FROM _mem_orphan_calls o
+  JOIN events t ON t.rank = o.rank AND t.ph = 'X' AND starts_with(t.name, 'gloo:') AND t.dur_ns > 0
+                AND t.ts_ns >= o.call_ts_ns AND t.ts_ns < o.call_end_ns
+  GROUP BY o.rank, o.device_type, o.device_id, o.event_id
+),
+_mem_orphan_end AS (
+  SELECT o.rank, o.device_type, o.device_id, o.event_id, e.event_id AS end_event_id, e.ts_ns AS end_ts_ns
+  FROM _mem_orphan_done o
+  ASOF JOIN _mem_raw e ON e.rank = o.rank AND e.device_type = o.device_type AND e.device_id = o.device_id
+                       AND e.ts_ns >= o.done_ns
+),
+_mem_block_ends AS (
+  SELECT s.rank, s.device_type, s.device_id, s.event_id AS alloc_event_id, s.bytes,
+         coalesce(s.next_event_id, x.end_event_id) AS end_event_id, coalesce(s.next_ts_ns, x.end_ts_ns) AS end_ts_ns,
+         s.next_pid AS end_pid, s.next_tid AS end_tid,
+         s.device_type = 0 AND (coalesce(s.next_bytes > 0, false) OR x.end_event_id IS NOT NULL) AS lost
+  FROM _mem_seq s
+  LEFT JOIN _mem_orphan_end x ON x.rank = s.rank AND x.device_type = s.device_type AND x.device_id = s.device_id
+                              AND x.event_id = s.event_id
+  WHERE s.bytes > 0
+),
 _mem_lost AS (
-  SELECT rank, device_type, device_id, next_event_id AS event_id, sum(bytes) AS lost_bytes
-  FROM (SELECT rank, device_type, device_id, bytes, lead(event_id) OVER w AS next_event_id,
-               lead(bytes) OVER w AS next_bytes
-        FROM _mem_raw WHERE device_type = 0
-        WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY ts_ns, event_id))
-  WHERE bytes > 0 AND next_bytes > 0
+  SELECT rank, device_type, device_id, end_event_id AS event_id, sum(bytes) AS lost_bytes
+  FROM _mem_block_ends WHERE lost
   GROUP BY ALL
 ),
 _mem_events AS (

@@ -1,6 +1,7 @@
 -- Every allocator block the trace records: when it was allocated, when it ended, its size and its category, by
 -- the attribution memory_breakdown reads (analyses/_memory_blocks.sql). A block ends at the next event at its
--- address (the free, or the allocation that reuses the address where the free was lost); NULL: live to the end.
+-- address (the free, or the allocation that reuses the address where the free was lost); on a CPU device a process
+-- group's own buffer with neither ends after its transfer (analyses/_memory_events.sql); NULL: live to the end.
 -- Bytes allocated before profiling have no block (memory_breakdown splits them). The memory what-ifs
 -- (replay/memory.py) move, resize and drop these blocks to predict a new peak.
 --

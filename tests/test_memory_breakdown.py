@@ -4,6 +4,7 @@ with profile_memory) and the shared GPU traces with [memory] events check that t
 memory_peak's peak exactly and that activations, parameters and optimizer state are where the model puts them."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 import analyses
@@ -245,3 +246,33 @@ def test_a_free_the_cpu_trace_lost_comes_off_the_total_where_the_address_is_allo
             assert peak.peak_allocated_bytes.tolist() == [want_peak]
             assert peak.allocated_bytes_end.tolist() == [want_totals[-1]]
             assert analyses.memory_breakdown(run).bytes_at_peak.sum() == want_peak
+
+
+def test_a_process_groups_own_buffer_with_no_free_ends_after_its_transfer_on_a_cpu_trace(tmp_path):
+    # gloo's reduce-scatter clones its input inside the c10d call and all-reduces the clone; gloo's worker thread
+    # drops it when the transfer is done, and the CPU trace has no free. It ends at the first event after the
+    # transfer's end. A functional collective's output is the caller's tensor: it stays.
+    a = _Alloc(0)
+    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+          _op("c10d::_reduce_scatter_base_", 100, 10), _op("aten::clone", 102, 5),
+          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 106, "dur": 94,
+           "args": {}},
+          _op("_c10d_functional::all_reduce", 300, 20), _op("aten::clone", 302, 5), _op("c10d::allreduce_", 308, 5),
+          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 309, "dur": 50,
+           "args": {}}]
+    a(103, 0x10, 1000)   # the clone: no free
+    a(150, 0x20, 10)     # during the transfer: the clone still counts
+    a(250, 0x30, 10)     # after it: the clone is off
+    a(303, 0x40, 500)    # the functional all-reduce's output: the caller's
+    a(400, 0x50, 10)
+    d = tmp_path / "t"
+    write_trace(d / "rank0.trace.json", ev + a.events, rank=0, world_size=1)
+    with tracekit.open(d, store=str(tmp_path / "s")) as run:
+        tl = analyses.memory_timeline(run)
+        assert tl.allocated_bytes.tolist() == [1000, 1010, 20, 520, 530]
+        assert tl.lost_free_bytes.tolist() == [0, 0, 1000, 1000, 1000]
+        blocks = analyses.memory_blocks(run).set_index("bytes")
+        assert blocks.loc[1000, "end_ts_ns"] == tl.ts_ns.iloc[2] and pd.isna(blocks.loc[500, "end_ts_ns"])
+        assert blocks.loc[1000, "category"] == "communication_buffers"
+        assert analyses.memory_peak(run).peak_allocated_bytes.tolist() == [1010]
+        assert analyses.memory_breakdown(run).bytes_at_peak.sum() == 1010
