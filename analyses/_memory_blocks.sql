@@ -11,9 +11,9 @@
 --   _mem_categories      the six categories (category, category_order)
 --
 -- Blocks: an allocation (Bytes > 0) lives until the next event at its address on its rank and device: the free
--- that ends it or, where the free was lost, the allocation that reuses the address; on a CPU device a collective's
--- buffer with neither ends after its transfer (_memory_events.sql, whose events read Total Allocated less the lost
--- frees' bytes).
+-- that ends it or, where the free was lost, the allocation that reuses the address; on a CPU device a process
+-- group's own buffer with neither ends after its transfer (_memory_events.sql, whose events read Total Allocated
+-- less the lost frees' bytes).
 -- A block's category comes from the CPU operators and annotations around its allocation on its thread, and how
 -- long it lives, first rule that holds:
 --   parameters             under FSDP2's all-gather (FSDP::all_gather*, fsdp::all_gather_copy_in,

@@ -450,8 +450,8 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
 
 def _memory_analysis(run, cache: dict, name: str) -> pd.DataFrame:
     """The memory analysis `name` of the run (or "memory_series": every rank's allocator totals in order, the
-    memory_timeline analysis's), read
-    once for everything that shares cache (one what-if's facts.analyses, doctor's headroom search)."""
+    memory_timeline analysis's), read once for everything that shares cache (one what-if's facts.analyses, doctor's
+    headroom search)."""
     import analyses.memory as _memory
 
     if name not in cache:
