@@ -15,7 +15,8 @@
 --   - a block made inside a process group's collective call (c10d::*) that no later event at its address ends was
 --     the backend's own buffer, released by its worker thread (gloo's reduce-scatter runs an all-reduce of a clone
 --     of its input): it ends at the first event after the first backend transfer (a gloo:* annotation) that began
---     during the call ended. A functional collective's (_c10d_functional::*) output is the caller's tensor: not so;
+--     once the call had (the worker may start it after the call returns) ended. A functional collective's
+--     (_c10d_functional::*) output is the caller's tensor: not so;
 -- and from the event that ends it, a lost block's bytes are off the total. The CUDA caching allocator keeps its
 -- totals on every thread: its events are kept as written, and a reuse only ends the block.
 _mem_raw AS (SELECT * FROM memory WHERE ($rank IS NULL OR rank = $rank)),
@@ -47,7 +48,7 @@ _mem_orphan_done AS (
   SELECT o.rank, o.device_type, o.device_id, o.event_id, arg_min(t.ts_ns + t.dur_ns, t.ts_ns) AS done_ns
   FROM _mem_orphan_calls o
   JOIN events t ON t.rank = o.rank AND t.ph = 'X' AND starts_with(t.name, 'gloo:') AND t.dur_ns > 0
-                AND t.ts_ns >= o.call_ts_ns AND t.ts_ns < o.call_end_ns
+                AND t.ts_ns >= o.call_ts_ns
   GROUP BY o.rank, o.device_type, o.device_id, o.event_id
 ),
 _mem_orphan_end AS (

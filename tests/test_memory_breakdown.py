@@ -251,28 +251,35 @@ def test_a_free_the_cpu_trace_lost_comes_off_the_total_where_the_address_is_allo
 def test_a_process_groups_own_buffer_with_no_free_ends_after_its_transfer_on_a_cpu_trace(tmp_path):
     # gloo's reduce-scatter clones its input inside the c10d call and all-reduces the clone; gloo's worker thread
     # drops it when the transfer is done, and the CPU trace has no free. It ends at the first event after the
-    # transfer's end. A functional collective's output is the caller's tensor: it stays.
+    # transfer's end, the worker having started it during the call or after the call returned. A functional
+    # collective's output is the caller's tensor: it stays.
+    def gloo(ts, dur):
+        return {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": ts,
+                "dur": dur, "args": {}}
+
     a = _Alloc(0)
     ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
-          _op("c10d::_reduce_scatter_base_", 100, 10), _op("aten::clone", 102, 5),
-          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 106, "dur": 94,
-           "args": {}},
+          _op("c10d::_reduce_scatter_base_", 100, 10), _op("aten::clone", 102, 5), gloo(106, 94),
           _op("_c10d_functional::all_reduce", 300, 20), _op("aten::clone", 302, 5), _op("c10d::allreduce_", 308, 5),
-          {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 309, "dur": 50,
-           "args": {}}]
+          gloo(309, 50),
+          _op("c10d::_reduce_scatter_base_", 500, 10), _op("aten::clone", 502, 5), gloo(520, 60)]
     a(103, 0x10, 1000)   # the clone: no free
     a(150, 0x20, 10)     # during the transfer: the clone still counts
     a(250, 0x30, 10)     # after it: the clone is off
     a(303, 0x40, 500)    # the functional all-reduce's output: the caller's
     a(400, 0x50, 10)
+    a(503, 0x60, 2000)   # a clone whose transfer starts after the call returned
+    a(550, 0x70, 10)
+    a(600, 0x80, 10)     # after that transfer: off
     d = tmp_path / "t"
     write_trace(d / "rank0.trace.json", ev + a.events, rank=0, world_size=1)
     with tracekit.open(d, store=str(tmp_path / "s")) as run:
         tl = analyses.memory_timeline(run)
-        assert tl.allocated_bytes.tolist() == [1000, 1010, 20, 520, 530]
-        assert tl.lost_free_bytes.tolist() == [0, 0, 1000, 1000, 1000]
+        assert tl.allocated_bytes.tolist() == [1000, 1010, 20, 520, 530, 2530, 2540, 550]
+        assert tl.lost_free_bytes.tolist() == [0, 0, 1000, 1000, 1000, 1000, 1000, 3000]
         blocks = analyses.memory_blocks(run).set_index("bytes")
         assert blocks.loc[1000, "end_ts_ns"] == tl.ts_ns.iloc[2] and pd.isna(blocks.loc[500, "end_ts_ns"])
+        assert blocks.loc[2000, "end_ts_ns"] == tl.ts_ns.iloc[7]
         assert blocks.loc[1000, "category"] == "communication_buffers"
-        assert analyses.memory_peak(run).peak_allocated_bytes.tolist() == [1010]
-        assert analyses.memory_breakdown(run).bytes_at_peak.sum() == 1010
+        assert analyses.memory_peak(run).peak_allocated_bytes.tolist() == [2540]
+        assert analyses.memory_breakdown(run).bytes_at_peak.sum() == 2540
