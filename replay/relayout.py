@@ -476,20 +476,32 @@ def _held(w: Work, lay: Layout, what: str) -> float:
     return per / (lay.dp if lay.sharding in shard[what] else 1)
 
 
+def _state_parameters(ms: pd.DataFrame, rank: int, device_type: int, device_id: int) -> float:
+    """The parameter bytes memory_breakdown took out of the bytes made before profiling at the rank's peak (its
+    split: min(those bytes, P); none without the parameters' shapes, or on another device than the state's)."""
+    row = ms[(ms["rank"] == rank) & (ms.device_type == device_type) & (ms.device_id == device_id)]
+    if not len(row) or pd.isna(row.parameter_bytes.iloc[0]):
+        return 0.0
+    return max(0.0, min(float(row.pre_profiling_bytes_at_peak.iloc[0]), float(row.parameter_bytes.iloc[0])))
+
+
 def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     """Per rank of the run (its device that can run out: analyses.memory.memory_limiting_devices), the measured peak
     and the new layout's predicted peak (the fullest stage of it): memory_breakdown's categories at the rank's peak,
     each re-sized for the new layout -- parameters, gradients and optimizer state by the bytes a rank holds (the
     model's / (tp x pp), / dp where sharded), activations by a micro-batch's tokens, the micro-batches in flight
     (_in_flight), the blocks a stage holds and tensor parallelism's split of them (TP_SPLIT_ACTIVATIONS);
-    communication buffers and other as measured. Empty without [memory] events. cache: where the memory analyses
-    are read once (memory._memory_analysis)."""
+    communication buffers and other as measured. The parameters at the peak are the state (what memory_breakdown
+    split off the bytes made before profiling: memory_model_state) and, on an FSDP run, the unsharded copies its
+    all-gathers make (the rest): an FSDP layout has them (/ tp x pp), another none. Empty without [memory] events.
+    cache: where the memory analyses are read once (memory._memory_analysis)."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
     top = peak_devices(run, cache)
     if not len(top):
         return pd.DataFrame(columns=PEAK_COLUMNS)
     bd = _memory_analysis(run, cache, "memory_breakdown")
+    ms = _memory_analysis(run, cache, "memory_model_state")
     src, new, st, w = plan.src, plan.new, plan.structure, plan.work
     tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
     split = TP_SPLIT_ACTIVATIONS
@@ -502,8 +514,12 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
         stage_src = 0  # the source rank's in-flight micro-batches: its pipeline's fullest stage's
         fixed = float(cat.get("communication_buffers", 0) + cat.get("other", 0))
-        state = sum(float(cat.get(c, 0)) * _held(w, new, c) / max(_held(w, src, c), 1.0)
-                    for c in ("parameters", "gradients", "optimizer_state"))
+        params = float(cat.get("parameters", 0))
+        state_params = min(params, _state_parameters(ms, r, dt, di))
+        copies = (params - state_params) * (src.tp * src.pp) / (new.tp * new.pp) if new.sharding == "fsdp" else 0.0
+        state = copies + state_params * _held(w, new, "parameters") / max(_held(w, src, "parameters"), 1.0)
+        state += sum(float(cat.get(c, 0)) * _held(w, new, c) / max(_held(w, src, c), 1.0)
+                     for c in ("gradients", "optimizer_state"))
         best = 0.0
         for s in range(new.pp):
             act = (float(cat.get("activations", 0)) * (tokens / w.tokens) * tp_f
