@@ -44,11 +44,14 @@ _mem_orphan_calls AS (
                     WHERE f.rank = o.rank AND f.pid = o.pid AND f.tid = o.tid AND starts_with(f.name, '_c10d_functional::')
                       AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns)
 ),
-_mem_orphan_done AS (
-  SELECT o.rank, o.device_type, o.device_id, o.event_id, arg_min(t.ts_ns + t.dur_ns, t.ts_ns) AS done_ns
+_mem_transfers AS (
+  SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events
+  WHERE ph = 'X' AND starts_with(name, 'gloo:') AND dur_ns > 0 AND ($rank IS NULL OR rank = $rank)
+),
+_mem_orphan_done AS (  -- the first transfer that began once the call had (a nested call: the innermost's)
+  SELECT o.rank, o.device_type, o.device_id, o.event_id, arg_max(t.end_ns, o.call_ts_ns) AS done_ns
   FROM _mem_orphan_calls o
-  JOIN events t ON t.rank = o.rank AND t.ph = 'X' AND starts_with(t.name, 'gloo:') AND t.dur_ns > 0
-                AND t.ts_ns >= o.call_ts_ns
+  ASOF JOIN _mem_transfers t ON t.rank = o.rank AND t.ts_ns >= o.call_ts_ns
   GROUP BY o.rank, o.device_type, o.device_id, o.event_id
 ),
 _mem_orphan_end AS (
