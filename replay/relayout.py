@@ -490,8 +490,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     and the new layout's predicted peak (the fullest stage of it): memory_breakdown's categories at the rank's peak,
     each re-sized for the new layout -- parameters, gradients and optimizer state by the bytes a rank holds (the
     model's / (tp x pp), / dp where sharded), activations by a micro-batch's tokens, the micro-batches in flight
-    (_in_flight), the blocks a stage holds and tensor parallelism's split of them (TP_SPLIT_ACTIVATIONS);
-    communication buffers and other as measured. The parameters at the peak are the state (what memory_breakdown
+    (_in_flight), the blocks a stage holds and tensor parallelism's split of them (TP_SPLIT_ACTIVATIONS); other (the
+    temporaries) by the tokens, as the memory what-ifs take it; communication buffers as measured. The parameters at the peak are the state (what memory_breakdown
     split off the bytes made before profiling: memory_model_state) and, on an FSDP run, the unsharded copies its
     all-gathers make (the rest): an FSDP layout has them (/ tp x pp), another none. Empty without [memory] events.
     cache: where the memory analyses are read once (memory._memory_analysis)."""
@@ -513,7 +513,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         mine = st.ranks.get(int(r))
         blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
         stage_src = 0  # the source rank's in-flight micro-batches: its pipeline's fullest stage's
-        fixed = float(cat.get("communication_buffers", 0) + cat.get("other", 0))
+        # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._scaling)
+        fixed = float(cat.get("communication_buffers", 0)) + float(cat.get("other", 0)) * tokens / w.tokens
         params = float(cat.get("parameters", 0))
         state_params = min(params, _state_parameters(ms, r, dt, di))
         copies = (params - state_params) * (src.tp * src.pp) / (new.tp * new.pp) if new.sharding == "fsdp" else 0.0
