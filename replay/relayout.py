@@ -491,10 +491,10 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     each re-sized for the new layout -- parameters, gradients and optimizer state by the bytes a rank holds (the
     model's / (tp x pp), / dp where sharded), activations by a micro-batch's tokens, the micro-batches in flight
     (_in_flight), the blocks a stage holds and tensor parallelism's split of them (TP_SPLIT_ACTIVATIONS); other (the
-    temporaries) by the tokens, as the memory what-ifs take it; communication buffers as measured. The parameters at the peak are the state (what memory_breakdown
-    split off the bytes made before profiling: memory_model_state) and, on an FSDP run, the unsharded copies its
-    all-gathers make (the rest): an FSDP layout has them (/ tp x pp), another none. Empty without [memory] events.
-    cache: where the memory analyses are read once (memory._memory_analysis)."""
+    temporaries) by the tokens, as the memory what-ifs take it; communication buffers as measured. The parameters at
+    the peak are the state (what memory_breakdown split off the bytes made before profiling: memory_model_state) and,
+    on an FSDP run, the unsharded copies its all-gathers make (the rest): an FSDP layout has them (/ tp x pp), another
+    none. Empty without [memory] events. cache: where the memory analyses are read once (memory._memory_analysis)."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
     top = peak_devices(run, cache)
