@@ -41,8 +41,8 @@ _mem_orphan_calls AS (
   JOIN _mem_calls c ON c.rank = o.rank AND c.pid = o.pid AND c.tid = o.tid AND starts_with(c.name, 'c10d::')
                     AND o.ts_ns >= c.ts_ns AND o.ts_ns < c.end_ns
   WHERE NOT EXISTS (SELECT 1 FROM _mem_calls f
-                    WHERE f.rank = o.rank AND f.pid = o.pid AND f.tid = o.tid AND starts_with(f.name, '_c10d_functional::')
-                      AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns)
+                    WHERE f.rank = o.rank AND f.pid = o.pid AND f.tid = o.tid
+                      AND starts_with(f.name, '_c10d_functional::') AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns)
 ),
 _mem_transfers AS (
   SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events
