@@ -52,11 +52,9 @@ _mem_categories AS (
                         ('communication_buffers', 5), ('other', 6)) t(category, category_order)
 ),
 _mem_blocks AS (
-  SELECT e.rank, e.device_type, e.device_id, e.pid, e.tid, e.event_id AS alloc_event_id, e.ts_ns AS alloc_ts_ns,
-         e.bytes, b.end_event_id, b.end_ts_ns, b.end_pid, b.end_tid
-  FROM _mem_events e
-  JOIN _mem_block_ends b ON b.rank = e.rank AND b.device_type = e.device_type AND b.device_id = e.device_id
-                        AND b.alloc_event_id = e.event_id
+  SELECT rank, device_type, device_id, pid, tid, alloc_event_id, alloc_ts_ns, bytes, end_event_id, end_ts_ns, end_pid,
+         end_tid
+  FROM _mem_block_ends
 ),
 _mem_ops_all AS (
   SELECT rank, pid, tid, name, cat, ts_ns, ts_ns + dur_ns AS end_ns

@@ -2,8 +2,9 @@
 -- trace lost put back, the one series and the one set of block ends every memory analysis reads (memory_timeline,
 -- memory_peak, and memory_breakdown's blocks through _memory_blocks). Spliced by analyses/_sql.py where a .sql file
 -- says `-- @include _memory_events`, at the head of a WITH list; needs $rank. Defines
---   _mem_block_ends  per allocation (Bytes > 0): the event that ends its block (end_event_id, end_ts_ns, end_pid,
---                    end_tid; NULL: live at the trace's end) and whether the trace lost its free (lost)
+--   _mem_block_ends  per allocation (Bytes > 0): its block (rank, device, pid, tid, alloc_event_id, alloc_ts_ns,
+--                    bytes), the event that ends it (end_event_id, end_ts_ns, end_pid, end_tid; NULL: live at the
+--                    trace's end) and whether the trace lost its free (lost)
 --   _mem_events      the memory table's rows in scope, total_allocated less lost_free_bytes: the bytes of the blocks
 --                    whose free was lost and that had ended by the event (0 on a CUDA device)
 --
@@ -61,7 +62,8 @@ _mem_orphan_end AS (
                        AND e.ts_ns >= o.done_ns
 ),
 _mem_block_ends AS (
-  SELECT s.rank, s.device_type, s.device_id, s.event_id AS alloc_event_id, s.bytes,
+  SELECT s.rank, s.device_type, s.device_id, s.pid, s.tid, s.event_id AS alloc_event_id, s.ts_ns AS alloc_ts_ns,
+         s.bytes,
          coalesce(s.next_event_id, x.end_event_id) AS end_event_id, coalesce(s.next_ts_ns, x.end_ts_ns) AS end_ts_ns,
          s.next_pid AS end_pid, s.next_tid AS end_tid,
          s.device_type = 0 AND (coalesce(s.next_bytes > 0, false) OR x.end_event_id IS NOT NULL) AS lost

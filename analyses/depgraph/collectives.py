@@ -49,7 +49,7 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
     df = df.sort_values(["first_arrival_ns", "match_key"], kind="stable").reset_index(drop=True)
     df.insert(0, "coll_id", np.arange(len(df), dtype=np.int64))
     df["order"] = np.arange(len(df), dtype=np.int64)
-    df["after_coll"] = _behind_on_the_pair(df)
+    df["after_coll"], df["barrier_start_ns"], df["measured_transfer_ns"] = _behind_on_the_pair(df)
     members = {}
     df["bytes"] = df["bytes"].astype("Int64")
     df["n_hosts"] = df["n_hosts"].astype("Int64")
@@ -247,9 +247,9 @@ def _completion(rows: pd.DataFrame) -> np.ndarray:
     return np.where(np.isnan(nested), ends, np.maximum(ends, np.nan_to_num(nested).astype(np.int64)))
 
 
-def _behind_on_the_pair(df: pd.DataFrame) -> np.ndarray:
-    """Per instance, the gloo message it queued behind on its pair's TCP stream (coll_id, -1: none); the instance's
-    window starts once that message has arrived. gloo sends a message only when the receiver's ready notice has
+def _behind_on_the_pair(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance, the gloo message it queued behind on its pair's TCP stream (coll_id, -1: none), and its window
+    (barrier start and measured transfer, ns), which starts once that message has arrived. gloo sends a message only when the receiver's ready notice has
     come: the receiver posts its recv and writes the notice into the stream it shares with the sender, behind the
     bytes of any message it is sending the other way. So a recv posted while a message of its own was going out
     waits for that message to arrive before its own can start (1F1B's gradient out and activation in: at 50
@@ -257,11 +257,11 @@ def _behind_on_the_pair(df: pd.DataFrame) -> np.ndarray:
     (the CPU timeline's) send / recv pairs of one group; the measured window is cut where the other message
     arrived (an unchanged replay stays the run)."""
     out = np.full(len(df), -1, np.int64)
-    p2p = df.op.isin(P2P_OPS).to_numpy() & (df.timeline == "cpu").to_numpy() & (df.group_size == 2).to_numpy()
-    if p2p.sum() < 2:
-        return out
     start = df.barrier_start_ns.to_numpy(np.int64).copy()
     transfer = df.measured_transfer_ns.to_numpy(np.int64).copy()
+    p2p = df.op.isin(P2P_OPS).to_numpy() & (df.timeline == "cpu").to_numpy() & (df.group_size == 2).to_numpy()
+    if p2p.sum() < 2:
+        return out, start, transfer
     end = start + transfer
     src, dst = df.p2p_src.to_numpy(), df.p2p_dst.to_numpy()
     posted = np.full(len(df), np.iinfo(np.int64).min, np.int64)  # when the receiver posted its recv
@@ -285,6 +285,4 @@ def _behind_on_the_pair(df: pd.DataFrame) -> np.ndarray:
             y = live[np.argmax(end[live])]
             out[x] = int(df.coll_id.iat[y])
             start[x], transfer[x] = end[y], end[x] - end[y]
-    df["barrier_start_ns"] = start
-    df["measured_transfer_ns"] = transfer
-    return out
+    return out, start, transfer
