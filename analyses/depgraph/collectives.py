@@ -251,11 +251,11 @@ def _behind_on_the_pair(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     """Per instance, the gloo message it queued behind on its pair's TCP stream (coll_id, -1: none), and its window
     (barrier start and measured transfer, ns), which starts once that message has arrived. gloo sends a message only
     when the receiver's ready notice has come: the receiver posts its recv and writes the notice into the stream it
-    shares with the sender, behind the bytes of any message it is sending the other way. So a recv posted while a message of its own was going out
-    waits for that message to arrive before its own can start (1F1B's gradient out and activation in: at 50
-    Mbit/s a 64 KiB activation took 15.4 ms from both ends posted, 8.0 of them its gradient's). Only for gloo
-    (the CPU timeline's) send / recv pairs of one group; the measured window is cut where the other message
-    arrived (an unchanged replay stays the run)."""
+    shares with the sender, behind the bytes of any message it is sending the other way. So a recv posted while a
+    message of its own was going out waits for that message to arrive before its own can start (1F1B's gradient out
+    and activation in: at 50 Mbit/s a 64 KiB activation took 15.4 ms from both ends posted, 8.0 of them its
+    gradient's). Only for gloo (the CPU timeline's) send / recv pairs of one group; the measured window is cut where
+    the other message arrived (an unchanged replay stays the run)."""
     out = np.full(len(df), -1, np.int64)
     start = df.barrier_start_ns.to_numpy(np.int64).copy()
     transfer = df.measured_transfer_ns.to_numpy(np.int64).copy()
