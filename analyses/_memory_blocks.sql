@@ -11,9 +11,9 @@
 --   _mem_categories      the six categories (category, category_order)
 --
 -- Blocks: an allocation (Bytes > 0) lives until the next event at its address on its rank and device: the free
--- that ends it or, where the free was lost, the allocation that reuses the address; on a CPU device a process
--- group's own buffer with neither ends after its transfer (_memory_events.sql, whose events read Total Allocated
--- less the lost frees' bytes).
+-- that ends it or, where the free was lost, the allocation that reuses the address; on a CPU device a collective's
+-- buffer whose free was lost ends after its transfer if that came first (_memory_events.sql, whose events read
+-- Total Allocated less the lost frees' bytes).
 -- A block's category comes from the CPU operators and annotations around its allocation on its thread, and how
 -- long it lives, first rule that holds:
 --   parameters             under FSDP2's all-gather (FSDP::all_gather*, fsdp::all_gather_copy_in,
@@ -24,8 +24,11 @@
 --   gradients              in the backward (autograd::engine::evaluate_function: *, *Backward* nodes,
 --                          FSDP::post_backward*, FSDP::root_post_backward*) and either still live after the step's
 --                          backward ends (FSDP2's reduce-scatter output: the sharded gradients) or freed inside
---                          AccumulateGrad or DDP's reducer (a gradient handed over to .grad or a bucket: a compiled
---                          backward's outputs, DDP's per-parameter gradients)
+--                          AccumulateGrad, DDP's reducer or FSDP2's FSDP::post_backward_reduce (a gradient handed
+--                          over to .grad, a bucket or the reduce-scatter's input: a compiled backward's outputs,
+--                          DDP's per-parameter gradients, FSDP2's unsharded gradients)
+--   communication_buffers  in FSDP::post_backward_reduce, freed within the backward: the gradients packed into the
+--                          reduce-scatter's input
 --   optimizer_state        in Optimizer.step#* and still live after it ends (a temporary freed inside it: other)
 --   gradients              in DDP's reducer (torch.distributed.ddp.reducer::*, torch::distributed::reducer::*) or
 --                          in torch::autograd::AccumulateGrad (what it allocates is a parameter's .grad)
@@ -69,6 +72,7 @@ _mem_step_of_op AS (
 _mem_kinds AS (
   SELECT *, CASE
       WHEN regexp_matches(name, '^(FSDP::all_gather|fsdp::all_gather_copy_in|fsdp::split_with_sizes_copy)') THEN 'unshard'
+      WHEN starts_with(name, 'FSDP::post_backward_reduce') THEN 'reduce'
       WHEN regexp_matches(name, '^FSDP::(post_backward|root_post_backward)') THEN 'backward'
       WHEN _cpu_op_is_comm(name) THEN 'comm'
       WHEN starts_with(name, 'Optimizer.step#') THEN 'optimizer'
@@ -110,6 +114,7 @@ _mem_context AS (
   SELECT b.rank, b.device_type, b.device_id, b.alloc_event_id,
          bool_or(o.kind = 'unshard') AS in_unshard,
          bool_or(o.kind = 'comm') AS in_comm,
+         bool_or(o.kind = 'reduce') AS in_reduce,
          max(o.end_ns) FILTER (WHERE o.kind = 'optimizer') AS optimizer_end_ns,
          bool_or(o.kind = 'zero_grad') AS in_zero_grad,
          bool_or(o.kind IN ('reducer', 'accumulate_grad')) AS in_grad_op,
@@ -122,14 +127,14 @@ _mem_context AS (
                  AND o.ts_ns <= b.alloc_ts_ns AND b.alloc_ts_ns <= o.end_ns
   GROUP BY b.rank, b.device_type, b.device_id, b.alloc_event_id
 ),
--- blocks freed by AccumulateGrad or DDP's reducer: a gradient handed over (accumulated into .grad, copied into a
--- bucket), such as a compiled backward's outputs
+-- blocks freed by AccumulateGrad, DDP's reducer or FSDP's post-backward reduce: a gradient handed over (accumulated
+-- into .grad, copied into a bucket or into the reduce-scatter's input), such as a compiled backward's outputs
 _mem_handed_over AS (
   SELECT DISTINCT b.rank, b.alloc_event_id
   FROM _mem_blocks b
   JOIN _mem_ops o ON o.rank = b.rank AND o.pid = b.end_pid AND o.tid = b.end_tid
                  AND o.ts_ns <= b.end_ts_ns AND b.end_ts_ns <= o.end_ns
-  WHERE o.kind IN ('accumulate_grad', 'reducer')
+  WHERE o.kind IN ('accumulate_grad', 'reducer', 'reduce')
 ),
 _mem_block_step AS (
   SELECT b.*, CASE WHEN b.alloc_ts_ns < s.end_ns THEN s.step END AS step
@@ -142,6 +147,7 @@ _mem_block_category AS (
       WHEN c.in_comm THEN 'communication_buffers'
       WHEN c.in_backward AND (b.end_ts_ns IS NULL OR b.end_ts_ns > bw.backward_end_ns OR h.rank IS NOT NULL)
         THEN 'gradients'
+      WHEN c.in_reduce THEN 'communication_buffers'
       WHEN c.optimizer_end_ns IS NOT NULL THEN
         CASE WHEN b.end_ts_ns IS NULL OR b.end_ts_ns > c.optimizer_end_ns THEN 'optimizer_state' ELSE 'other' END
       WHEN c.in_grad_op THEN 'gradients'

@@ -13,11 +13,15 @@
 -- profiler follows, and its Total Allocated comes down only there (c10::ProfiledCPUMemoryReporter): a block another
 -- thread frees writes no event and stays counted. So on a CPU device:
 --   - a block whose address is allocated again with no free between had ended by then;
---   - a block made inside a process group's collective call (c10d::*) that no later event at its address ends was
---     the backend's own buffer, released by its worker thread (gloo's reduce-scatter runs an all-reduce of a clone
---     of its input): it ends at the first event after the first backend transfer (a gloo:* annotation) that began
---     once the call had (the worker may start it after the call returns) ended. A functional collective's
---     (_c10d_functional::*) output is the caller's tensor: not so;
+--   - a block made inside a process group's collective call (c10d::*) whose free was lost (no later event at its
+--     address, or an allocation there) was the backend's own buffer, released by its worker thread (gloo's
+--     reduce-scatter runs an all-reduce of a clone of its input): it ends at the first event after the first
+--     backend transfer (a gloo:* annotation) that began once the call had (the worker may start it after the call
+--     returns) ended, or at the reuse if that came first. A functional collective's (_c10d_functional::*) output
+--     is the caller's tensor: not so;
+--   - so does FSDP's all-gather buffer, made inside its `FSDP::all_gather` range just before the process group's
+--     call that gathers into it (FSDP2 allocates it, then copies the shards in): it ends after that call's
+--     transfer, where gloo's worker dropped it last;
 -- and from the event that ends it, a lost block's bytes are off the total. The CUDA caching allocator keeps its
 -- totals on every thread: its events are kept as written, and a reuse only ends the block.
 _mem_raw AS (SELECT * FROM memory WHERE ($rank IS NULL OR rank = $rank)),
@@ -27,9 +31,9 @@ _mem_seq AS (
   FROM _mem_raw
   WINDOW w AS (PARTITION BY rank, device_type, device_id, addr ORDER BY ts_ns, event_id)
 ),
-_mem_orphans AS (
-  SELECT rank, device_type, device_id, pid, tid, event_id, ts_ns FROM _mem_seq
-  WHERE device_type = 0 AND bytes > 0 AND next_event_id IS NULL
+_mem_orphans AS (  -- CPU blocks whose free the trace lost: no later event at the address, or an allocation next
+  SELECT rank, device_type, device_id, pid, tid, event_id, ts_ns, next_event_id IS NOT NULL AS reused FROM _mem_seq
+  WHERE device_type = 0 AND bytes > 0 AND (next_event_id IS NULL OR next_bytes > 0)
 ),
 _mem_calls AS (
   SELECT rank, pid, tid, name, ts_ns, ts_ns + dur_ns AS end_ns FROM events
@@ -45,13 +49,35 @@ _mem_orphan_calls AS (
                     WHERE f.rank = o.rank AND f.pid = o.pid AND f.tid = o.tid
                       AND starts_with(f.name, '_c10d_functional::') AND o.ts_ns >= f.ts_ns AND o.ts_ns < f.end_ns)
 ),
+_mem_buffer_ranges AS (  -- where a collective's buffer is made before the process group's call that moves it
+  SELECT rank, pid, tid, ts_ns, ts_ns + dur_ns AS end_ns, starts_with(name, '_c10d_functional::') AS functional
+  FROM events
+  WHERE ph = 'X' AND dur_ns > 0 AND ($rank IS NULL OR rank = $rank)
+    AND (name = 'FSDP::all_gather' OR starts_with(name, 'FSDP::all_gather (')  -- FSDP's (not its copy-out's)
+         OR (cat = 'cpu_op' AND starts_with(name, '_c10d_functional::')))
+),
+_mem_last_step AS (SELECT rank, max(ts_ns) AS ts_ns FROM steps WHERE ($rank IS NULL OR rank = $rank) GROUP BY rank),
+_mem_range_buffers AS (  -- an orphan made in one, before its process group's call: the call that moves it
+  SELECT o.rank, o.device_type, o.device_id, o.event_id, c.ts_ns AS call_ts_ns, c.end_ns AS call_end_ns
+  FROM _mem_orphans o
+  JOIN _mem_buffer_ranges r ON r.rank = o.rank AND r.pid = o.pid AND r.tid = o.tid
+                           AND o.ts_ns >= r.ts_ns AND o.ts_ns < r.end_ns
+  ASOF JOIN (SELECT * FROM _mem_calls WHERE starts_with(name, 'c10d::')) c
+    ON c.rank = o.rank AND c.pid = o.pid AND c.tid = o.tid AND c.ts_ns >= o.ts_ns
+  LEFT JOIN _mem_last_step l ON l.rank = o.rank
+  WHERE c.ts_ns < r.end_ns
+    -- a functional collective's output is its caller's: one live at the trace's end and made in its last step (or
+    -- in a trace without steps) may be held still; one whose address was reused, or that outlived a step boundary
+    -- with no free (a collective's output in a training loop does not), was dropped by the backend's worker
+    AND (NOT r.functional OR o.reused OR o.ts_ns < l.ts_ns)
+),
 _mem_transfers AS (
   SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events
   WHERE ph = 'X' AND starts_with(name, 'gloo:') AND dur_ns > 0 AND ($rank IS NULL OR rank = $rank)
 ),
 _mem_orphan_done AS (  -- the first transfer that began once the call had (a nested call: the innermost's)
   SELECT o.rank, o.device_type, o.device_id, o.event_id, arg_max(t.end_ns, o.call_ts_ns) AS done_ns
-  FROM _mem_orphan_calls o
+  FROM (SELECT * FROM _mem_orphan_calls UNION ALL SELECT * FROM _mem_range_buffers) o
   ASOF JOIN _mem_transfers t ON t.rank = o.rank AND t.ts_ns >= o.call_ts_ns
   GROUP BY o.rank, o.device_type, o.device_id, o.event_id
 ),
@@ -64,12 +90,15 @@ _mem_orphan_end AS (
 _mem_block_ends AS (
   SELECT s.rank, s.device_type, s.device_id, s.pid, s.tid, s.event_id AS alloc_event_id, s.ts_ns AS alloc_ts_ns,
          s.bytes,
-         coalesce(s.next_event_id, x.end_event_id) AS end_event_id, coalesce(s.next_ts_ns, x.end_ts_ns) AS end_ts_ns,
-         s.next_pid AS end_pid, s.next_tid AS end_tid,
+         CASE WHEN x.after_transfer THEN x.end_event_id ELSE s.next_event_id END AS end_event_id,
+         CASE WHEN x.after_transfer THEN x.end_ts_ns ELSE s.next_ts_ns END AS end_ts_ns,
+         CASE WHEN x.after_transfer THEN NULL ELSE s.next_pid END AS end_pid,
+         CASE WHEN x.after_transfer THEN NULL ELSE s.next_tid END AS end_tid,
          s.device_type = 0 AND (coalesce(s.next_bytes > 0, false) OR x.end_event_id IS NOT NULL) AS lost
   FROM _mem_seq s
-  LEFT JOIN _mem_orphan_end x ON x.rank = s.rank AND x.device_type = s.device_type AND x.device_id = s.device_id
-                              AND x.event_id = s.event_id
+  LEFT JOIN (SELECT *, true AS after_transfer FROM _mem_orphan_end) x
+    ON x.rank = s.rank AND x.device_type = s.device_type AND x.device_id = s.device_id AND x.event_id = s.event_id
+   AND (s.next_ts_ns IS NULL OR x.end_ts_ns < s.next_ts_ns)  -- its transfer's end, where before the reuse
   WHERE s.bytes > 0
 ),
 _mem_lost AS (

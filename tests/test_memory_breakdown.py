@@ -283,3 +283,78 @@ def test_a_process_groups_own_buffer_with_no_free_ends_after_its_transfer_on_a_c
         assert blocks.loc[1000, "category"] == "communication_buffers"
         assert analyses.memory_peak(run).peak_allocated_bytes.tolist() == [2540]
         assert analyses.memory_breakdown(run).bytes_at_peak.sum() == 2540
+
+
+def _gloo(ts, dur, name="gloo:all_gather"):
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 2, "ts": ts, "dur": dur, "args": {}}
+
+
+def test_fsdps_gather_buffer_and_a_functional_output_whose_free_was_lost_end_after_their_transfer(tmp_path):
+    # FSDP2 allocates its all-gather's output inside FSDP::all_gather, before the process group's call that gathers
+    # into it; a functional all-reduce clones its input before its call. Where gloo's worker dropped either last,
+    # the CPU trace has no free (or only a later allocation at its address): it ends at the first event after its
+    # transfer. A functional output made in the trace's last step and never freed may be its caller's still.
+    a = _Alloc(0)
+    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"), _op("ProfilerStep#2", 1000, 1000, cat="user_annotation"),
+          _op("FSDP::all_gather (layers.0)", 100, 40, cat="user_annotation"), _op("aten::empty", 101, 2),
+          _op("fsdp::all_gather_copy_in", 104, 10), _op("c10d::_allgather_base_", 120, 10), _gloo(125, 75),
+          _op("_c10d_functional::all_reduce", 300, 20), _op("aten::clone", 302, 5), _op("c10d::allreduce_", 308, 5),
+          _gloo(309, 41, "gloo:all_reduce"),
+          _op("FSDP::all_gather (layers.1)", 500, 40, cat="user_annotation"), _op("aten::empty", 501, 2),
+          _op("c10d::_allgather_base_", 520, 10), _gloo(525, 75),
+          _op("_c10d_functional::all_reduce", 1300, 20), _op("aten::clone", 1302, 5), _op("c10d::allreduce_", 1308, 5),
+          _gloo(1309, 41, "gloo:all_reduce")]
+    a(102, 0x10, 1000)   # the all-gather's output: no free
+    a(150, 0x20, 10)     # during its transfer: still counted
+    a(210, 0x30, 10)     # after it: off
+    a(303, 0x40, 500)    # a functional output in step 1 that outlives the step with no free: dropped by gloo
+    a(400, 0x50, 10)     # after its transfer: off
+    a(502, 0x60, 2000)   # an all-gather output whose address is allocated again long after its transfer
+    a(620, 0x70, 10)     # after the transfer: off, not at the reuse
+    a(900, 0x60, 30)     # the reuse
+    a(1303, 0x80, 700)   # a functional output in the last step, never freed: the caller's
+    a(1400, 0x90, 10)
+    d = tmp_path / "t"
+    write_trace(d / "rank0.trace.json", ev + a.events, rank=0, world_size=1)
+    with tracekit.open(d, store=str(tmp_path / "s")) as run:
+        tl = analyses.memory_timeline(run)
+        assert tl.allocated_bytes.tolist() == [1000, 1010, 20, 520, 30, 2030, 40, 70, 770, 780]
+        assert tl.lost_free_bytes.tolist() == [0, 0, 1000, 1000, 1500, 1500, 3500, 3500, 3500, 3500]
+        blocks = analyses.memory_blocks(run).set_index("bytes")
+        assert blocks.loc[1000, "end_ts_ns"] == tl.ts_ns.iloc[2] and blocks.loc[2000, "end_ts_ns"] == tl.ts_ns.iloc[6]
+        assert blocks.loc[500, "end_ts_ns"] == tl.ts_ns.iloc[4] and pd.isna(blocks.loc[700, "end_ts_ns"])
+        assert blocks.loc[1000, "category"] == "parameters"  # FSDP2's gathered parameters' buffer
+        assert analyses.memory_peak(run).peak_allocated_bytes.tolist() == [2030]
+        assert analyses.memory_breakdown(run).bytes_at_peak.sum() == 2030
+
+
+def test_fsdps_unsharded_gradients_and_their_reduce_scatter_input_are_gradients_and_a_buffer(tmp_path):
+    # FSDP2's backward makes each parameter's unsharded gradient (here in aten::mm), copies it into the
+    # reduce-scatter's input inside FSDP::post_backward_reduce and drops it there; the input is freed once the
+    # reduce-scatter is waited on, within the backward; the reduce-scatter's output, the sharded gradient, lives on.
+    a = _Alloc(0)
+    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+          _op("aten::linear", 50, 20),
+          _op("autograd::engine::evaluate_function: AddmmBackward0", 100, 50), _op("AddmmBackward0", 101, 48),
+          _op("aten::mm", 110, 20),
+          _op("autograd::engine::evaluate_function: RegisterPostBackwardFunctionBackward", 190, 80),
+          _op("FSDP::post_backward_reduce (layers.0)", 200, 60, cat="user_annotation"), _op("aten::empty", 201, 2),
+          _op("c10d::_reduce_scatter_base_", 220, 10), _op("aten::empty", 240, 2),
+          _op("FSDP::root_post_backward_callback", 295, 40, cat="user_annotation"),
+          _op("FSDP::post_backward_rs_wait (layers.0)", 300, 20, cat="user_annotation"),
+          _op("autograd::engine::evaluate_function: EmbeddingBackward0", 400, 50)]
+    a(60, 0x10, 100)     # a forward activation, freed in the backward
+    a(115, 0x20, 400)    # the unsharded gradient
+    a(140, 0x10, -100)
+    a(202, 0x30, 400)    # the reduce-scatter's input (the peak: 800)
+    a(205, 0x20, -400)   # the unsharded gradient, dropped once copied in
+    a(241, 0x40, 200)    # the sharded gradient: lives past the backward
+    a(310, 0x30, -400)
+    d = tmp_path / "t"
+    write_trace(d / "rank0.trace.json", ev + a.events, rank=0, world_size=1)
+    with tracekit.open(d, store=str(tmp_path / "s")) as run:
+        bd = analyses.memory_breakdown(run).set_index("category").bytes_at_peak
+        assert bd.to_dict() == {"parameters": 0, "gradients": 400, "optimizer_state": 0, "activations": 0,
+                                "communication_buffers": 400, "other": 0}
+        blocks = analyses.memory_blocks(run).set_index("bytes").category
+        assert blocks[400].tolist() == ["gradients", "communication_buffers"] and blocks[200] == "gradients"
