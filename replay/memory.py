@@ -45,6 +45,9 @@ BLOCK_COVERAGE = 0.9
 # the longest block the forward's op sequence is searched for (a transformer layer's top-level ops are tens to a few
 # hundred; the search costs n x periods a step)
 MAX_BLOCK_OPS = 2048
+# the most consecutive ops in which two copies of a block may differ (operators the graph shows as pieces or not by
+# their timing: a collective's call and the wrap or view beside it) and still be one repeat
+REPEAT_SLACK_OPS = 2
 
 _EVENTS_SQL = """
 WITH opt AS (
@@ -307,7 +310,12 @@ def _repeat(seq: np.ndarray, weight: np.ndarray, period: int | None = None):
     period p, the positions inside runs of seq[i] == seq[i + p] at least p long (two or more whole copies); a repeat
     must hold some weight (ops that follow the tokens), and it is judged by the ops it covers, not their time (a
     few ops that wait on collectives would otherwise outweigh the block). period: only that one (a rank's later
-    steps). Periods up to MAX_BLOCK_OPS are tried."""
+    steps). Periods up to MAX_BLOCK_OPS are tried. A few ops of a copy that differ from the copies beside it (up to
+    REPEAT_SLACK_OPS mismatches between matches) do not break the repeat: which of a block's operators the graph
+    shows as pieces of their own depends on their timing (one that starts after an idle gap of its thread begins a
+    piece; one that follows its sibling without a gap is its parent's time), so a DTensor block's redistribution
+    reads `_c10d_functional::all_reduce, _ToTorchTensor` in one copy and `_c10d_functional::_wrap_tensor_autograd,
+    aten::view` in the next."""
     n = len(seq)
     best = []
     codes = pd.factorize(seq)[0]
@@ -317,6 +325,10 @@ def _repeat(seq: np.ndarray, weight: np.ndarray, period: int | None = None):
         m = codes[:-p] == codes[p:]
         if not m.any():
             continue
+        d = np.diff(np.concatenate(([1], m.view(np.int8), [1])))  # runs of mismatches between matches
+        for a, b in zip(np.flatnonzero(d == -1), np.flatnonzero(d == 1)):
+            if 0 < a and b < len(m) and b - a <= REPEAT_SLACK_OPS:
+                m[a:b] = True
         cov = np.zeros(n, bool)
         # runs of True in m of length >= p
         d = np.diff(np.concatenate(([0], m.view(np.int8), [0])))
