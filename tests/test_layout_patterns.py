@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 import replay
 import tracekit
@@ -24,15 +25,15 @@ US = 1000  # ns
 class Rank:
     """Events of one gloo rank, times in microseconds as Kineto writes them."""
 
-    def __init__(self, rank: int):
-        self.rank, self.ev, self.ext = rank, [], 0
+    def __init__(self, rank: int, t0_us: float = 0.0):
+        self.rank, self.ev, self.ext, self.t0 = rank, [], 0, t0_us  # t0_us: the clock's origin (a real trace's ~1.8e15)
         for tid, name in ((MAIN, "python"), (LOOP1, "pt_gloo_runloop"), (LOOP2, "pt_gloo_runloop")):
             self.ev.append({"ph": "M", "name": "thread_name", "pid": 100 + rank, "tid": tid,
                             "args": {"name": f"thread {tid} ({name})"}})
 
     def _x(self, cat, name, ts, end, tid, args):
         self.ext += 1
-        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.rank, "tid": tid, "ts": float(ts),
+        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100 + self.rank, "tid": tid, "ts": self.t0 + ts,
                         "dur": float(end - ts), "args": {"External id": self.ext, **args}})
         return self
 
@@ -166,12 +167,12 @@ def _post(rank: Rank, op: str, peer: int, ts: float, ann_end: float) -> Rank:
         f"gloo:{op}", ts + 1, ann_end, MAIN, dims=[[64, 128]])
 
 
-def _p2p(tmp_path):
-    r0 = Rank(0).step(1, 0, 1100).op("aten::mm", 0, 100)
+def _p2p(tmp_path, t0_us: float = 0.0):
+    r0 = Rank(0, t0_us).step(1, 0, 1100).op("aten::mm", 0, 100)
     _post(r0, "send", 1, 100, 150)
     _post(r0, "recv", 1, 110, 1000)
     r0.op("aten::mm", 1005, 1100)  # woke 5 us after the gradient arrived
-    r1 = Rank(1).step(1, 0, 1000)
+    r1 = Rank(1, t0_us).step(1, 0, 1000)
     _post(r1, "recv", 0, 50, 400)
     r1.op("aten::mm", 405, 700)
     _post(r1, "send", 0, 700, 720)
@@ -184,16 +185,28 @@ def test_a_send_and_its_recv_tie_their_two_ends_and_the_receiver_waits_on_the_me
     g = _exact_baseline(run).graph
     c = g.colls.sort_values("first_arrival_ns")
     assert c.op.isin(["send", "recv"]).all() and c.ranks.tolist() == [[0, 1], [1, 0]]  # [sender, receiver]
-    # the transfer runs from both ends posted (the send's annotation start) to the message's arrival
-    assert (c.measured_transfer_ns // US).tolist() == [299, 299]
+    # the transfer runs from both ends posted (the later call's start: the receiver's ready notice leaves during its
+    # call, before the annotation opens) to the message's arrival
+    assert (c.measured_transfer_ns // US).tolist() == [300, 300]
     # the participants sit on no thread: the caller ran on after posting; the receivers wake on the message
     comm = g.kind == G.K["comm"]
     assert (g.track[comm] == -1).all()
     assert (g.edge_kind == G.E["host_wait"]).sum() == 2
     for model in MODELS:
-        # 0 -> 1 from 101: 149.5 -> 250.5; rank 1 wakes at 255.5, computes 295, sends at 550.5 (posted at
-        # 551.5) and computes 295 more: 850.5. The gradient arrives at 701; rank 0 wakes at 706, computes 95: 801.
-        assert _steps_us(replay.run(run, _twice(model))) == [801.0, 850.5], model
+        # 0 -> 1 from 100: 150 -> 250; rank 1 wakes at 255, computes 295, posts its send at 550 and computes 295
+        # more: 850. The gradient arrives at 700; rank 0 wakes at 705, computes 95: 800.
+        assert _steps_us(replay.run(run, _twice(model))) == [800.0, 850.0], model
+
+
+def test_a_recv_that_ends_with_its_transfer_is_not_done_before_it_at_a_real_traces_clock(tmp_path):
+    # a real trace's times are ~1.8e18 ns, which floats hold to 256 ns: a recv ending with its message's arrival
+    # read as done before it, was held to its measured time, and a faster link left the pipeline's step as it was
+    run = _p2p(tmp_path, t0_us=1_796_491_767_480_471.0)
+    g = _exact_baseline(run).graph
+    c = g.colls
+    assert not any(early[list(present).index(ranks[1])]  # the receiver's (ranks: [sender, receiver])
+                   for early, present, ranks in zip(c.early, c.present_ranks, c.ranks))
+    assert _steps_us(replay.run(run, _twice("links"))) == pytest.approx([800.0, 850.0], abs=0.01)  # the clock's ns
 
 
 def _exchange(r0: Rank, r1: Rank, t: float, grad_us: float, act_us: float = 200) -> None:

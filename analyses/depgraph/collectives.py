@@ -33,7 +33,9 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
     rows = rows.sort_values(["match_key", "rank"], kind="stable").reset_index(drop=True)
     # a send's end says the message left (into the socket's buffer, for a small one): the recv's says it arrived
     sent = rows.op.isin(P2P_OPS) & (rows.call_op == "send")
-    rows["transfer_end_ns"] = rows.end_ns.where(~sent)
+    # nullable integers: trace times (~1.8e18 ns) lose up to 256 ns as floats, and a recv that ended with its
+    # transfer then read as done before it (a participant released early, held to its measured time)
+    rows["transfer_end_ns"] = rows.end_ns.astype("Int64").where(~sent)
     grp = rows.groupby("match_key", sort=False)
     agg = grp.agg(first_arrival_ns=("ts_ns", "min"), last_arrival_ns=("ts_ns", "max"),
                   first_end_ns=("transfer_end_ns", "min"),
@@ -84,8 +86,13 @@ def _participants(rows: pd.DataFrame, cpu: pd.DataFrame, gpu: pd.DataFrame):
     times = pd.concat([cpu[["rank", "event_id", "ts_ns", "end_ns"]], gpu[["rank", "event_id", "ts_ns", "end_ns"]]])
     nested = rows.nested_event_id.notna()
     on_tracks = rows[~nested].merge(times, on=["rank", "event_id"], how="inner")
-    timed = rows[nested].assign(ts_ns=lambda x: x.nested_start_ns.astype(np.int64),
-                                end_ns=lambda x: x.nested_end_ns.astype(np.int64))
+    # a gloo send or recv is posted by its call (the receiver's ready notice, which releases the sender, leaves
+    # during it), before the annotation that times it opens: its arrival is the call's start
+    call_ts = cpu[["rank", "event_id", "ts_ns"]].rename(columns={"event_id": "cpu_event_id", "ts_ns": "call_ts_ns"})
+    timed = rows[nested].merge(call_ts, on=["rank", "cpu_event_id"], how="left")
+    timed = timed.assign(ts_ns=np.minimum(timed.nested_start_ns.astype(np.int64),
+                                          timed.call_ts_ns.fillna(timed.nested_start_ns).astype(np.int64)),
+                         end_ns=timed.nested_end_ns.astype(np.int64)).drop(columns="call_ts_ns")
     rows = pd.concat([on_tracks, timed], ignore_index=True)
     rows = rows.sort_values(["match_key", "rank", "ts_ns"], kind="stable").drop_duplicates(["match_key", "rank"])
     calls = cpu[["rank", "event_id", "pid", "tid"]].rename(
@@ -103,11 +110,11 @@ def _transfer(agg: pd.DataFrame, rows: pd.DataFrame, spans: dict) -> int:
     """Set each instance's measured transfer window and its participants' early / wake-up lists; returns
     how many instances had a rank finish before the last one arrived."""
     single = agg.n.to_numpy() == 1
-    transfer = (agg.first_end_ns - agg.last_arrival_ns).to_numpy(np.int64)
+    transfer = (agg.first_end_ns - agg.last_arrival_ns).to_numpy(np.int64, na_value=-1)  # no end: inconsistent
     inconsistent = int(((transfer < 0) & ~single).sum())
     transfer = np.maximum(transfer, 0)
     # a lone participant: its whole time counts as the transfer (its peers are not here to wait for)
-    transfer[single] = (agg.first_end_ns - agg.first_arrival_ns).to_numpy(np.int64)[single]
+    transfer[single] = (agg.first_end_ns - agg.first_arrival_ns).to_numpy(np.int64, na_value=0)[single]
     agg["measured_transfer_ns"] = transfer
     agg["barrier_start_ns"] = agg.last_arrival_ns
     # gloo: the caller blocks in wait() and wakes when the collective completes, which the runloop's

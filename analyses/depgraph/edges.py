@@ -127,8 +127,8 @@ def _event_wait_edges(nb: Builder, rt, ops, cuda_sync) -> int:
 
 def laneless_participants(nb: Builder, nodes: NodeMap, laneless) -> None:
     """The participants that sit on no track (gloo's send and recv: the call posts the transfer and returns, an
-    annotation on the caller's thread times it): an arrival instant at the annotation's start and an exit at its
-    end, each pair on no track; the call enqueues the arrival (collective_edges)."""
+    annotation on the caller's thread times it): an arrival instant at the call's start (collectives._participants)
+    and an exit at the annotation's end, each pair on no track; the call enqueues the arrival (collective_edges)."""
     for r, e, name, ts, end, c in zip(laneless["rank"], laneless.event_id, laneless.name, laneless.ts_ns,
                                       laneless.end_ns, laneless.coll_id):
         ids = nb.add([K["comm"], K["comm_exit"]], int(r), -1, int(e), [int(ts), int(end)], [0, 0], name, int(c))
@@ -175,7 +175,8 @@ def _barrier_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, bar_ids: dict)
 
 def _gloo_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar_ids: dict, chains) -> dict:
     """gloo: the call enqueues the runloop's work; a caller that sat idle through the transfer blocked in
-    wait() and woke when the collective completed: the barrier's end -> its first op after the wake."""
+    wait() and woke when the collective completed: the barrier's end -> its first op after the wake (its own
+    participant's exit where that finished before the transfer did: a send the receiver's recv released)."""
     first = nodes.first
     # the participant a call hands its work to: the runloop's annotation, or a send's / recv's own annotation
     loose = rows.assign(work=rows.runloop_event_id.fillna(rows.nested_event_id))
@@ -193,8 +194,8 @@ def _gloo_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar
         if not is_gpu and len(ids):
             chain_of[int(track[ids[0]])] = ids
     tkey = track_keys(tracks)
-    for c, wakes, callers in zip(colls.coll_id, colls.wakes, colls.callers):
-        for w, (r, pid, tid) in zip(wakes, callers):
+    for c, wakes, callers, early, evs in zip(colls.coll_id, colls.wakes, colls.callers, colls.early, colls.events):
+        for w, (r, pid, tid), er, e in zip(wakes, callers, early, evs):
             if w < 0 or pd.isna(pid):
                 continue
             ids = chain_of.get(tkey.get((int(r), int(pid), int(tid)), -1))
@@ -202,7 +203,10 @@ def _gloo_edges(nb: Builder, arr: dict, nodes: NodeMap, colls, rows, tracks, bar
                 continue
             j = np.searchsorted(start[ids], int(w), side="left")
             if j < len(ids) and start[ids[j]] == int(w):
-                w_src.append(bar_ids[int(c)])
+                # a participant done before the transfer ended (a gloo send, complete once the receiver posted
+                # its recv: the rendezvous) woke its caller then, not at the message's arrival: its exit
+                f = nodes.first.get((int(r), int(e))) if er else None
+                w_src.append(nodes.exit_of[f] if f in nodes.exit_of else bar_ids[int(c)])
                 w_dst.append(int(ids[j]))
     nb.link(q_src, q_dst, False, "enqueue")
     nb.link(w_src, w_dst, True, "host_wait")
