@@ -19,9 +19,12 @@
 --     backend transfer (a gloo:* annotation) that began once the call had (the worker may start it after the call
 --     returns) ended, or at the reuse if that came first. A functional collective's (_c10d_functional::*) output
 --     is the caller's tensor: not so;
---   - so does FSDP's all-gather buffer, made inside its `FSDP::all_gather` range just before the process group's
---     call that gathers into it (FSDP2 allocates it, then copies the shards in): it ends after that call's
---     transfer, where gloo's worker dropped it last;
+--   - so does a buffer made before the process group's call that moves it, inside the range that prepares it:
+--     FSDP's all-gather buffer (inside `FSDP::all_gather`: FSDP2 allocates it, then copies the shards in) and a
+--     functional collective's clone of its input (inside `_c10d_functional::*`). The functional one is its
+--     caller's output: one never freed that was made in the trace's last step (or in a trace without steps) may
+--     be held still and stays; one whose address came back, or that outlived a step with no free, was dropped by
+--     the backend's worker;
 -- and from the event that ends it, a lost block's bytes are off the total. The CUDA caching allocator keeps its
 -- totals on every thread: its events are kept as written, and a reuse only ends the block.
 _mem_raw AS (SELECT * FROM memory WHERE ($rank IS NULL OR rank = $rank)),

@@ -295,7 +295,8 @@ def test_fsdps_gather_buffer_and_a_functional_output_whose_free_was_lost_end_aft
     # the CPU trace has no free (or only a later allocation at its address): it ends at the first event after its
     # transfer. A functional output made in the trace's last step and never freed may be its caller's still.
     a = _Alloc(0)
-    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"), _op("ProfilerStep#2", 1000, 1000, cat="user_annotation"),
+    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+          _op("ProfilerStep#2", 1000, 1000, cat="user_annotation"),
           _op("FSDP::all_gather (layers.0)", 100, 40, cat="user_annotation"), _op("aten::empty", 101, 2),
           _op("fsdp::all_gather_copy_in", 104, 10), _op("c10d::_allgather_base_", 120, 10), _gloo(125, 75),
           _op("_c10d_functional::all_reduce", 300, 20), _op("aten::clone", 302, 5), _op("c10d::allreduce_", 308, 5),
