@@ -44,7 +44,7 @@ _mem_calls AS (
     AND (starts_with(name, 'c10d::') OR starts_with(name, '_c10d_functional::'))
 ),
 _mem_orphan_calls AS (
-  SELECT o.rank, o.device_type, o.device_id, o.event_id, c.ts_ns AS call_ts_ns, c.end_ns AS call_end_ns
+  SELECT o.rank, o.device_type, o.device_id, o.event_id, c.ts_ns AS call_ts_ns
   FROM _mem_orphans o
   JOIN _mem_calls c ON c.rank = o.rank AND c.pid = o.pid AND c.tid = o.tid AND starts_with(c.name, 'c10d::')
                     AND o.ts_ns >= c.ts_ns AND o.ts_ns < c.end_ns
@@ -61,7 +61,7 @@ _mem_buffer_ranges AS (  -- where a collective's buffer is made before the proce
 ),
 _mem_last_step AS (SELECT rank, max(ts_ns) AS ts_ns FROM steps WHERE ($rank IS NULL OR rank = $rank) GROUP BY rank),
 _mem_range_buffers AS (  -- an orphan made in one, before its process group's call: the call that moves it
-  SELECT o.rank, o.device_type, o.device_id, o.event_id, c.ts_ns AS call_ts_ns, c.end_ns AS call_end_ns
+  SELECT o.rank, o.device_type, o.device_id, o.event_id, c.ts_ns AS call_ts_ns
   FROM _mem_orphans o
   JOIN _mem_buffer_ranges r ON r.rank = o.rank AND r.pid = o.pid AND r.tid = o.tid
                            AND o.ts_ns >= r.ts_ns AND o.ts_ns < r.end_ns

@@ -15,8 +15,10 @@
 -- @column category      parameters | gradients | optimizer_state | activations | communication_buffers | other
 WITH
 -- @include _memory_blocks
-_out AS (SELECT 1)
-SELECT b.rank, b.device_type, b.device_id, b.tid, b.alloc_ts_ns, b.end_ts_ns, b.bytes, c.category
-FROM _mem_blocks b
-JOIN _mem_block_category c ON c.rank = b.rank AND c.alloc_event_id = b.alloc_event_id
-ORDER BY b.rank, b.device_type, b.device_id, b.alloc_ts_ns, b.alloc_event_id
+_blocks AS (
+  SELECT b.rank, b.device_type, b.device_id, b.tid, b.alloc_ts_ns, b.alloc_event_id, b.end_ts_ns, b.bytes, c.category
+  FROM _mem_blocks b
+  JOIN _mem_block_category c ON c.rank = b.rank AND c.alloc_event_id = b.alloc_event_id
+)
+SELECT * EXCLUDE (alloc_event_id) FROM _blocks
+ORDER BY rank, device_type, device_id, alloc_ts_ns, alloc_event_id

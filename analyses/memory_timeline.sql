@@ -14,8 +14,10 @@
 -- @column lost_free_bytes  bytes of blocks whose free the trace lost, taken off allocated_bytes by then (CPU), bytes
 WITH
 -- @include _memory_events
-_out AS (SELECT 1)
-SELECT rank, device_type, device_id, ts_ns, bytes AS delta_bytes, total_allocated AS allocated_bytes,
-       total_reserved AS reserved_bytes, lost_free_bytes
-FROM _mem_events
+_timeline AS (
+  SELECT rank, device_type, device_id, ts_ns, event_id, bytes AS delta_bytes, total_allocated AS allocated_bytes,
+         total_reserved AS reserved_bytes, lost_free_bytes
+  FROM _mem_events
+)
+SELECT * EXCLUDE (event_id) FROM _timeline
 ORDER BY rank, device_type, device_id, ts_ns, event_id

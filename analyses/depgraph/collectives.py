@@ -84,20 +84,19 @@ def _participants(rows: pd.DataFrame, cpu: pd.DataFrame, gpu: pd.DataFrame):
     rows = rows.assign(event_id=ev.where(~nested, rows.nested_event_id)).dropna(subset=["event_id"])
     rows["event_id"] = rows.event_id.astype(np.int64)
     times = pd.concat([cpu[["rank", "event_id", "ts_ns", "end_ns"]], gpu[["rank", "event_id", "ts_ns", "end_ns"]]])
+    calls = cpu[["rank", "event_id", "pid", "tid", "ts_ns"]].rename(
+        columns={"event_id": "cpu_event_id", "pid": "call_pid", "tid": "call_tid", "ts_ns": "call_ts_ns"})
+    rows = rows.merge(calls, on=["rank", "cpu_event_id"], how="left")
     nested = rows.nested_event_id.notna()
     on_tracks = rows[~nested].merge(times, on=["rank", "event_id"], how="inner")
     # a gloo send or recv is posted by its call (the receiver's ready notice, which releases the sender, leaves
     # during it), before the annotation that times it opens: its arrival is the call's start
-    call_ts = cpu[["rank", "event_id", "ts_ns"]].rename(columns={"event_id": "cpu_event_id", "ts_ns": "call_ts_ns"})
-    timed = rows[nested].merge(call_ts, on=["rank", "cpu_event_id"], how="left")
+    timed = rows[nested]
     timed = timed.assign(ts_ns=np.minimum(timed.nested_start_ns.astype(np.int64),
                                           timed.call_ts_ns.fillna(timed.nested_start_ns).astype(np.int64)),
-                         end_ns=timed.nested_end_ns.astype(np.int64)).drop(columns="call_ts_ns")
-    rows = pd.concat([on_tracks, timed], ignore_index=True)
+                         end_ns=timed.nested_end_ns.astype(np.int64))
+    rows = pd.concat([on_tracks, timed], ignore_index=True).drop(columns="call_ts_ns")
     rows = rows.sort_values(["match_key", "rank", "ts_ns"], kind="stable").drop_duplicates(["match_key", "rank"])
-    calls = cpu[["rank", "event_id", "pid", "tid"]].rename(
-        columns={"event_id": "cpu_event_id", "pid": "call_pid", "tid": "call_tid"})
-    rows = rows.merge(calls, on=["rank", "cpu_event_id"], how="left")
     lanes = rows[rows.nested_event_id.notna()]
     laneless = pd.DataFrame({"rank": lanes["rank"].astype(np.int64), "event_id": lanes.event_id.astype(np.int64),
                              "call_event_id": lanes.cpu_event_id.astype(np.int64),
