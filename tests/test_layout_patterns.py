@@ -262,6 +262,28 @@ def test_a_message_whose_ready_notice_queued_behind_the_other_way_waits_for_it(t
         assert _steps_us(replay.run(run, _twice(model))) == [1100.0, 1100.0], model
 
 
+def test_a_message_sent_before_the_other_way_was_halfway_over_did_not_queue_behind_it(tmp_path):
+    # 1F1B on a fast link (seen at 400 Mbit/s): rank 1 sends its gradient (700 -> 900 on the link) and posts the
+    # activation's recv at 705; rank 0's send completes at 720, so the ready notice had come, not queued behind the
+    # gradient's bytes: the activation ran beside it, 705 -> 905, and its window is its own (cut at the gradient's
+    # arrival it would be 5 us, which no link gives 32 KiB)
+    r0 = Rank(0).step(1, 0, 1200).op("aten::mm", 0, 100)
+    r1 = Rank(1).step(1, 0, 1300).op("aten::mm", 0, 700)
+    _post(r0, "send", 1, 100, 720)
+    _post(r0, "recv", 1, 110, 900)
+    _post(r1, "send", 0, 700, 703)
+    _post(r1, "recv", 0, 705, 905)
+    r0.op("aten::mm", 905, 1200)
+    r1.op("aten::mm", 910, 1300)
+    run = _open(tmp_path, [r0, r1])
+    g = _exact_baseline(run).graph
+    by_way = {tuple(r): row for r, row in zip(g.colls.ranks, g.colls.itertuples())}
+    grad, act = by_way[(1, 0)], by_way[(0, 1)]
+    assert (grad.barrier_start_ns // US, grad.measured_transfer_ns // US, grad.after_coll) == (700, 200, -1)
+    assert (act.barrier_start_ns // US, act.measured_transfer_ns // US, act.after_coll) == (705, 200, -1)
+    assert not (g.edge_kind == G.E["pair_order"]).any()
+
+
 def test_the_message_behind_waits_out_the_tail_of_the_one_ahead(tmp_path):
     # the links model keeps the second gradient's 100 us over the first's as its own tail (what a lone transfer
     # took beyond the typical one of its kind), after its flow: the activation queued behind it goes only then, and

@@ -43,6 +43,8 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
                   pg_name=("pg_name", "first"), timeline=("timeline", "first"),
                   present_ranks=("rank", list), events=("event_id", list), arrivals=("ts_ns", list))
     agg["pg_ranks"] = grp.pg_ranks.first()
+    # when a gloo send completed: its data went out then, so the receiver's ready notice had come (_behind_on_the_pair)
+    agg["send_end_ns"] = rows.end_ns.where(sent).groupby(rows.match_key, sort=False).max()
     for c in ("p2p_src", "p2p_dst"):
         agg[c] = grp[c].first()
     inconsistent = _transfer(agg, rows, spans)
@@ -260,8 +262,12 @@ def _behind_on_the_pair(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     shares with the sender, behind the bytes of any message it is sending the other way. So a recv posted while a
     message of its own was going out waits for that message to arrive before its own can start (1F1B's gradient out
     and activation in: at 50 Mbit/s a 64 KiB activation took 15.4 ms from both ends posted, 8.0 of them its
-    gradient's). Only for gloo (the CPU timeline's) send / recv pairs of one group; the measured window is cut where
-    the other message arrived (an unchanged replay stays the run)."""
+    gradient's). Not where x's sender completed its send (gloo writes a message once the notice has come) before the
+    other message was halfway over: its notice had come, and x ran beside the other message (at 400 Mbit/s a 64 KiB
+    activation whose send completed 59 us after its recv was posted, and which arrived 888 us after, 3 us after the
+    gradient it would have queued behind: cut there, the links fit took its 3 us for the link's speed). Only for gloo
+    (the CPU timeline's) send / recv pairs of one group; the measured window is cut where the other message arrived
+    (an unchanged replay stays the run)."""
     out = np.full(len(df), -1, np.int64)
     start = df.barrier_start_ns.to_numpy(np.int64).copy()
     transfer = df.measured_transfer_ns.to_numpy(np.int64).copy()
@@ -271,6 +277,8 @@ def _behind_on_the_pair(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     end = start + transfer
     src, dst = df.p2p_src.to_numpy(), df.p2p_dst.to_numpy()
     posted = np.full(len(df), np.iinfo(np.int64).min, np.int64)  # when the receiver posted its recv
+    sent_at = df.send_end_ns.to_numpy("float64", na_value=np.nan)
+    sent_at = np.where(np.isnan(sent_at), np.iinfo(np.int64).min, np.nan_to_num(sent_at)).astype(np.int64)
     for i in np.flatnonzero(p2p):
         at = dict(zip(df.present_ranks.iat[i], df.arrivals.iat[i])).get(dst[i])
         if at is not None:
@@ -286,6 +294,10 @@ def _behind_on_the_pair(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
         for x in xs:
             # the other way's messages going out when x's receiver posted, ending inside x's window
             live = ys[(start[ys] <= posted[x]) & (end[ys] > posted[x]) & (end[ys] > start[x]) & (end[ys] < end[x])]
+            # unless x's sender sent before the other message was halfway over: its notice had come, not queued
+            # behind (TCP kept it apart, or the other message had left the receiver's buffers)
+            if sent_at[x] > np.iinfo(np.int64).min:
+                live = live[sent_at[x] >= (start[live] + end[live]) // 2]
             if not len(live):
                 continue
             y = live[np.argmax(end[live])]
