@@ -116,6 +116,35 @@ def test_a_caller_blocked_in_wait_tensor_waits_on_the_transfer_not_on_cpu(tmp_pa
         assert _steps_us(replay.run(run, _twice(model))) == [350.0, 350.0], model
 
 
+# ---- a caller blocked longer than the runloop's lead (DDP's last bucket on a busy machine)
+
+def test_a_caller_woken_from_a_long_wait_well_before_the_runloop_ends_wakes_from_the_transfer(tmp_path):
+    # the caller computes until 16000 us while the all-reduce moves, sits idle until 24000 and wakes there (the
+    # all-reduce is done); the runloop's annotation ends 6 ms later (a worker descheduled); the caller copies until
+    # 24350, idles 850 us and goes on. The wake-up is the long wait's end, not the short gap's nearer the
+    # annotation's end: the transfer is 105 -> 24000
+    ranks = []
+    for r in (0, 1):
+        k = Rank(r).step(1, 0, 30100).op("aten::mm", 0, 100)
+        k.op("c10d::allreduce_", 100, 110, dims=[[[256, 256]], [], [], [], [], []],
+             types=["TensorList", "", "", "", "Scalar", "Scalar"])
+        k.ann("gloo:all_reduce", 105, 30000, LOOP1, dims=[[256, 256]])
+        k.op("aten::mm", 110, 16000)
+        k.op("aten::copy_", 24000, 24350)
+        k.op("aten::add", 25200, 25700)
+        ranks.append(k)
+    run = _open(tmp_path, ranks)
+    g = _exact_baseline(run).graph
+    assert int(g.colls.measured_transfer_ns[0]) == (24000 - 105) * US
+    hw = g.edge_kind == G.E["host_wait"]
+    assert sorted(g.name[g.dst[hw]]) == ["aten::copy_", "aten::copy_"]
+    # links 2x: the transfer 23895 -> 11947.5 us, hidden behind the compute until 16000: each caller's copy starts
+    # as soon as the compute ends, 8 ms earlier
+    for model in MODELS:
+        base, fast = replay.run(run), replay.run(run, _twice(model))
+        assert all(f < b for f, b in zip(_steps_us(fast), _steps_us(base))), model
+
+
 # ---- FSDP: an all-gather waited for in its region, one prefetched behind compute, a reduce-scatter
 
 def _fsdp(tmp_path):
