@@ -45,8 +45,8 @@ if [ "$mode" = small ]; then
   # compute slowing down after waits (the full matrix is recorded both ways).
   model=(--d-model 128 --layers 2 --heads 4 --vocab 512 --seq-len 64 --batch-size 8 --steps 4 --warmup 2 --timed-steps 1
          --poll-idle)
-  for rate in 100 400; do
-    for l in fsdp tp pp_1f1b; do
+  for l in fsdp tp pp_1f1b; do  # a layout's rates one after another (see the full matrix below)
+    for rate in 100 400; do
       sample "$out/${l}_2hosts_${rate}mbit" "$l" 2 "$rate"
     done
   done
@@ -76,17 +76,20 @@ if [ "$mode" = poll ]; then
   model+=(--poll-idle)
 fi
 # Every 1-D layout on 2 hosts, one rank each, at four rates spanning 8x: "links r_b/r_a" between every ordered pair.
-for rate in 50 100 200 400; do
-  for l in "${one_d[@]}"; do
+# A layout's runs one after another, so that the runs a pair compares are minutes apart, not the whole matrix: the
+# VM's CPU speed drifts on its own over minutes (a fixed loop took 156-249 ms within two), and a replay keeps each
+# op's measured time.
+for l in "${one_d[@]}"; do
+  for rate in 50 100 200 400; do
     tracekit demo-layout --out "$out/${l}_2r_2hosts_${rate}mbit" --layout "$l" --ranks 2 --hosts 2 \
       --link-rate-mbit "$rate" "${model[@]}"
   done
 done
 # Every layout on 4 ranks, on 2 hosts (two ranks a host: a mesh's inner dimension inside a host) and on 4,
 # at two rates 4x apart: the rate pairs on each placement, and 2 <-> 4 hosts between the placements.
-for hosts in 2 4; do
-  for rate in 100 400; do
-    for l in "${one_d[@]}" "${two_d[@]}"; do
+for l in "${one_d[@]}" "${two_d[@]}"; do
+  for hosts in 2 4; do
+    for rate in 100 400; do
       tracekit demo-layout --out "$out/${l}_4r_${hosts}hosts_${rate}mbit" --layout "$l" --ranks 4 --hosts "$hosts" \
         --link-rate-mbit "$rate" "${model[@]}"
     done

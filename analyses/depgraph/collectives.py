@@ -44,7 +44,7 @@ def collectives(rows: pd.DataFrame, hosts: pd.DataFrame, notes: list, cpu: pd.Da
                   present_ranks=("rank", list), events=("event_id", list), arrivals=("ts_ns", list))
     agg["pg_ranks"] = grp.pg_ranks.first()
     # when a gloo send completed: its data went out then, so the receiver's ready notice had come (_behind_on_the_pair)
-    agg["send_end_ns"] = rows.end_ns.where(sent).groupby(rows.match_key, sort=False).max()
+    agg["send_end_ns"] = rows.end_ns.astype("Int64").where(sent).groupby(rows.match_key, sort=False).max()
     for c in ("p2p_src", "p2p_dst"):
         agg[c] = grp[c].first()
     inconsistent = _transfer(agg, rows, spans)
@@ -282,8 +282,7 @@ def _behind_on_the_pair(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
     end = start + transfer
     src, dst = df.p2p_src.to_numpy(), df.p2p_dst.to_numpy()
     posted = np.full(len(df), np.iinfo(np.int64).min, np.int64)  # when the receiver posted its recv
-    sent_at = df.send_end_ns.to_numpy("float64", na_value=np.nan)
-    sent_at = np.where(np.isnan(sent_at), np.iinfo(np.int64).min, np.nan_to_num(sent_at)).astype(np.int64)
+    sent_at = df.send_end_ns.astype("Int64").to_numpy(np.int64, na_value=np.iinfo(np.int64).min)  # ints: trace times
     for i in np.flatnonzero(p2p):
         at = dict(zip(df.present_ranks.iat[i], df.arrivals.iat[i])).get(dst[i])
         if at is not None:
@@ -299,8 +298,7 @@ def _behind_on_the_pair(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
         for x in xs:
             # the other way's messages going out when x's receiver posted, ending inside x's window
             live = ys[(start[ys] <= posted[x]) & (end[ys] > posted[x]) & (end[ys] > start[x]) & (end[ys] < end[x])]
-            # unless x's sender sent before the other message was halfway over: its notice had come, not queued
-            # behind (TCP kept it apart, or the other message had left the receiver's buffers)
+            # unless x's sender sent before the other message was halfway over: its notice had come by then
             if sent_at[x] > np.iinfo(np.int64).min:
                 live = live[sent_at[x] >= (start[live] + end[live]) // 2]
             if not len(live):
