@@ -48,6 +48,8 @@ class Fit:
     tail_ns: np.ndarray | None = None  # per flow: ns after its bytes have moved
     latency_share: np.ndarray | None = None  # per flow: its latency x this (< 1: a transfer shorter than it)
     notes: list = field(default_factory=list)
+    # the inter-node bucket's depth (bytes) when the links' rate is scaled by x (a known bucket: run.json), or None
+    burst_at: object = None
 
 
 def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams, factor: np.ndarray | None = None,
@@ -66,13 +68,16 @@ def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams, factor: np.
 
 
 def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.ndarray | None = None,
-        latency_bound_ns: dict[str, float] | None = None, frame_bytes: float = 0.0) -> Fit:
+        latency_bound_ns: dict[str, float] | None = None, frame_bytes: float = 0.0,
+        known_burst: dict[str, float] | None = None) -> Fit:
     """Capacity and latency per link class, and each transfer's factor and tail (the module docstring). ops: each
     flow's op (the factors' groups are link class and op). latency_bound_ns: per link class, the most latency the
     link itself can have (its round trip and one frame's serialization); a fitted latency above it is the link's
     bound and, for the rest, software time per step (LinkParams.overhead_ns): the transfers' times stay the same.
     frame_bytes: the links' frame (MTU); a lone transfer of at most that many bytes per link is not bandwidth beyond
-    its serialization (_factors)."""
+    its serialization (_factors). known_burst: per link class, the depth (bytes) of a token bucket the links are
+    known to be shaped with (run.json's testbed block): the class is fitted on its busy periods under it (the
+    bucket refilling while its links are idle), and no depth is fitted for it."""
     starts = np.asarray(starts_ns, np.int64)
     measured = np.asarray(measured_ns, np.int64)
     timed = measured > 0
@@ -80,11 +85,14 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
     alone = ~overlapped(lf, starts, starts + measured) & timed
     cap = {INTRA: 1.0, INTER: 1.0}
     lat = {INTRA: 0.0, INTER: 0.0}
+    known = {c: float(v) for c, v in (known_burst or {}).items() if v and c in present}
     source, notes = {}, []
     lone_fit, pending = {}, []
     for c in present:
         sel = (lf.link_class == c) & alone
-        if sel.sum() >= MIN_LONE:
+        # behind a known bucket a transfer's bytes pass at once as far as the bucket had refilled, which its link's
+        # idle time before it says: the busy periods' fit replays that (a lone transfer's own period is itself)
+        if sel.sum() >= MIN_LONE and c not in known:
             got = _lone_fit(lf.lat_steps[sel], lf.bytes[sel], measured[sel].astype(np.float64))
             if got is not None:
                 lone_fit[c] = got
@@ -103,11 +111,12 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
         source[c] = f"{n} lone transfer(s)"
     periods = _Periods(lf, starts, measured)  # the measured busy periods, read by both fits below
     if pending:
-        prm = busy_period_fit(lf, starts, measured, classes=pending, start=LinkParams(dict(cap), dict(lat)),
-                              periods=periods)
+        prm = busy_period_fit(lf, starts, measured, classes=pending,
+                              start=LinkParams(dict(cap), dict(lat), burst=dict(known)), periods=periods)
         for c in pending:
             cap[c], lat[c] = prm.capacity[c], prm.latency_ns[c]
-            source[c] = f"busy periods of {int(((lf.link_class == c) & timed).sum())} shared transfer(s)"
+            source[c] = (f"busy periods of {int(((lf.link_class == c) & timed).sum())} "
+                         + ("transfer(s)" if c in known else "shared transfer(s)"))
     for c in (INTER, INTRA):
         if c not in present:  # no transfer of the run crossed it: the alpha-beta model's default (a what-if may use it)
             cap[c], lat[c] = DEFAULT_LINKS[c].bandwidth_gbps, DEFAULT_LINKS[c].alpha_ns
@@ -121,8 +130,12 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
                          f"the link can take ({most / 1e3:.4g} us: its round trip and one frame): the link gets "
                          f"{most / 1e3:.4g} us, the other {over[c] / 1e3:.4g} us are software per step (a worker "
                          "thread's wake-up, the protocol), which a faster or nearer link does not shorten")
-    params = LinkParams(dict(cap), dict(lat), overhead_ns=over)
+    params = LinkParams(dict(cap), dict(lat), overhead_ns=over, burst=dict(known))
+    for c in known:
+        source[c] += f", behind the links' {known[c] / 1e3:.0f} KB token bucket (run.json)"
     for c in present:
+        if c in known:
+            continue
         got = burst_fit(periods, params, c)
         if got is not None:
             depth, capacity, before, after = got
@@ -303,7 +316,7 @@ def busy_period_fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarra
     periods = periods or _Periods(lf, starts_ns, measured_ns)
 
     def loss(c, cp, lt):
-        return periods.loss(c, LinkParams({**cap, c: cp}, {**lat, c: lt}))
+        return periods.loss(c, LinkParams({**cap, c: cp}, {**lat, c: lt}, burst=dict(start.burst)))
 
     def best_capacity(c, lt, around):
         return _best_capacity(lambda cp: loss(c, cp, lt), around)
@@ -316,7 +329,7 @@ def busy_period_fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarra
             floor = min(f[1] for f in fits)
             lt, _, cp = next(f for f in fits if f[1] <= max(floor * 1.10, _GOOD_LOSS))
             cap[c], lat[c] = cp, lt
-    return LinkParams(cap, lat)
+    return LinkParams(cap, lat, burst=dict(start.burst))
 
 
 class _Periods:

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
+from tracekit.shaping import bucket_of
 
 from . import linkfit, links, parallelism, pools, topology
 from .calibration import calibrate
@@ -223,9 +224,14 @@ def fit_links(g, sc: Scenario, run, st: ModelState):
     if net.calibrate == "nccl_tests":  # one collective at a time: the alpha-beta fit is each link alone
         fitted = linkfit.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests))
     else:
+        bucket = bucket_of(bed)  # the links' token bucket, where run.json knows it (the testbed's tc tbf)
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
                              g.colls.op.astype(object).to_numpy()[measured.coll_row],
-                             latency_bound_ns=latency_bound(bed, net, nominal_gbps), frame_bytes=_mtu_bytes(bed))
+                             latency_bound_ns=latency_bound(bed, net, nominal_gbps), frame_bytes=_mtu_bytes(bed),
+                             known_burst={links.INTER: bucket[0]} if bucket else None)
+        if bucket:
+            _depth, depth_at, rate_mbit = bucket
+            fitted = replace(fitted, burst_at=lambda x: float(depth_at(rate_mbit * x)))
     st.info.links_fit = (measured, fitted, nominal_gbps)
     return st.info.links_fit
 
@@ -234,12 +240,17 @@ def scenario_link_params(g, sc: Scenario, fitted: linkfit.Fit, host_of=None) -> 
     """The fitted link parameters as the scenario's [network] changes them."""
     net = sc.network
     over = net.packet_links
-    return fitted.params.scaled(
+    prm = fitted.params.scaled(
         bandwidth=net.bandwidth_scale, latency=net.latency_scale,
         class_scale={c: o.bandwidth_scale for c, o in over.items() if o.bandwidth_scale is not None},
         capacity={c: o.bandwidth_gbps for c, o in over.items() if o.bandwidth_gbps is not None},
         latency_ns={c: o.latency_us * 1e3 for c, o in over.items() if o.latency_us is not None},
         host_scale=_host_scales(net.hosts, _host_index(g, sc) if host_of is None else host_of, sc.where))
+    if fitted.burst_at is not None and links.INTER in prm.burst:
+        # a known bucket (the testbed's) at the links' new rate: the rule the run's shaper sets it by
+        x = prm.capacity[links.INTER] / fitted.params.capacity[links.INTER]
+        prm = replace(prm, burst={**prm.burst, links.INTER: fitted.burst_at(x)})
+    return prm
 
 
 def links_step(g, sc: Scenario, run, st: ModelState) -> None:
@@ -342,7 +353,11 @@ def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, nom
                          f"{cap:.4g} GB/s: the efficiency the run's NICs reached ({100 * fit_inter / nominal:.1f}% of "
                          f"their {nominal:.4g} GB/s), shared as a NIC is")
     lat = prm.latency_ns[links.INTER] if opt.circuit_latency_us is None else opt.circuit_latency_us * 1e3
-    return replace(prm, capacity={**prm.capacity, links.OPTICAL: cap}, latency_ns={**prm.latency_ns, links.OPTICAL: lat})
+    burst = dict(prm.burst)
+    if fitted.burst_at is not None and links.INTER in burst:  # a known bucket: a circuit's at its rate, as a NIC's
+        burst[links.OPTICAL] = fitted.burst_at(cap / fit_inter)
+    return replace(prm, capacity={**prm.capacity, links.OPTICAL: cap}, latency_ns={**prm.latency_ns, links.OPTICAL: lat},
+                   burst=burst)
 
 
 # an Ethernet frame's header, and the frame where run.json names no MTU

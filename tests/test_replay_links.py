@@ -157,6 +157,43 @@ def test_the_fit_finds_a_token_bucket_and_the_rate_behind_it_and_none_where_ther
     assert fit.params.burst == {} and fit.params.capacity["inter_node"] * 8e3 == pytest.approx(100, rel=0.01)
 
 
+def test_one_size_transfers_behind_a_known_bucket_give_the_rate_behind_it():
+    # a pipeline's 64 KiB messages, 1-10 ms apart on a 400 Mbit/s link behind the testbed's 25 KB bucket: each gets
+    # 25 KB through at once, so alone they look 1.6x the rate, and one size cannot tell a bucket from a rate. Told
+    # the bucket (run.json's testbed block), the fit gives the rate back and keeps the depth
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    n, size, cap = 24, 65536, 400 / 8e3
+    colls = pd.DataFrame({"op": ["send"] * n, "bytes": pd.array([size] * n, dtype="Int64"), "group_size": [2] * n,
+                          "ranks": [[0, 1]] * n})
+    lf = links.build(colls, {0: 0, 1: 1})
+    truth = links.LinkParams({"intra_node": 10.0, "inter_node": cap}, {"intra_node": 0.0, "inter_node": 0.0},
+                             burst={"inter_node": 25e3})
+    starts = np.cumsum(np.r_[0, np.full(n - 1, size / cap) + rng.choice([1e6, 3e6, 10e6], n - 1)]).astype(np.int64)
+    measured = linkfit.transfers(lf, starts, truth)
+    ops = np.array(["send"] * n, dtype=object)
+    blind = linkfit.fit(lf, starts, measured, ops)
+    assert blind.params.capacity["inter_node"] / cap == pytest.approx(size / (size - 25e3), rel=0.01)
+    told = linkfit.fit(lf, starts, measured, ops, known_burst={"inter_node": 25e3})
+    assert told.params.capacity["inter_node"] / cap == pytest.approx(1.0, rel=0.01)
+    assert told.params.burst == {"inter_node": 25e3} and "(run.json)" in told.source["inter_node"]
+    assert (told.factor == pytest.approx(1.0, rel=0.01)) and (told.tail_ns <= 1).all()
+
+
+def test_the_testbed_bucket_follows_its_rule_at_another_rate_unless_it_was_given():
+    from tracekit.shaping import bucket_of
+
+    def bed(rate, burst, frames="jumbo"):
+        return {"frames": frames, "links": [{"host": h, "rate_mbit": rate, "burst_bytes": burst} for h in (0, 1)]}
+
+    depth, at, rate = bucket_of(bed(400, 25000))  # the jumbo kind's default: 0.5 ms of traffic, two frames at least
+    assert (depth, rate, at(100), at(800)) == (25000, 400, 18028, 50000)
+    depth, at, rate = bucket_of(bed(400, 256000))  # given (--link-burst-kb): the same depth at every rate
+    assert (depth, at(100), at(800)) == (256000, 256000, 256000)
+    assert bucket_of({}) is None and bucket_of(bed(None, None)) is None
+
+
 def test_gloo_worker_threads_become_one_pool_per_rank(runs):
     from analyses import depgraph
     from replay.pools import gloo_pools

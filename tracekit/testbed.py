@@ -29,38 +29,14 @@ import subprocess
 import sys
 
 from .errors import TracekitError
+# the token bucket: one definition with the replay that models it
+from .shaping import (BURST_S, FRAME_BYTES, FRAMES, GSO_BURST_S, MIN_BURST_BYTES, MTU,  # noqa: F401
+                      burst_bytes, min_burst_bytes)
 
 IFNAME = "tk0"
 SUBNET = "10.233.0"
 PREFIX_LEN = 24
-MTU = 9000
-FRAME_BYTES = MTU + 14  # what tbf counts of one frame (the Ethernet header included)
-# tbf drops a packet larger than its bucket: two frames, and half a millisecond of traffic. Bulk TCP both
-# ways at once through this (2 MB each way, 2026-12-03): 99.8 / 99.8 / 99.6 / 99.1% of 50 / 100 / 200 /
-# 400 Mbit/s. Before, 1500-byte frames in 64 KiB GSO batches needed a 64 KiB bucket, and 4 ms of traffic
-# (with 1 ms TCP got 78% of 400 Mbit/s): 97.5 / 96.9 / 99.9 / 103.8% of the same rates, and 1500-byte
-# frames without GSO got 74% of 400 Mbit/s (the CPU per packet).
-MIN_BURST_BYTES = 2 * FRAME_BYTES
-BURST_S = 0.0005
 QUEUE_LATENCY_MS = 100
-# frames kind -> (MTU, largest packet tbf sees, smallest bucket): jumbo frames one by one (two of them), or
-# 1500-byte frames in GSO batches (a batch and two frames)
-FRAMES = {"jumbo": (MTU, MTU, MIN_BURST_BYTES), "gso": (1500, 65536, 65536 + 2 * (1500 + 14))}
-GSO_BURST_S = 0.004  # the bucket the GSO kind gets by default: 4 ms of traffic (TCP got 78% of 400 Mbit/s with 1)
-
-
-def min_burst_bytes(frames: str) -> int:
-    """The smallest token bucket a kind of frames passes through: tbf drops a packet larger than its bucket."""
-    return FRAMES[frames][2]
-
-
-def burst_bytes(frames: str, rate_mbit: float, given: int | None) -> int:
-    """The token bucket's depth: the one given, else the kind's default (two jumbo frames and half a millisecond
-    of traffic; a GSO batch, two frames and 4 ms)."""
-    if given is not None:
-        return int(given)
-    per_s = GSO_BURST_S if frames == "gso" else BURST_S
-    return max(min_burst_bytes(frames), int(rate_mbit * 1e6 / 8 * per_s))
 
 
 # the round trip's probes: UDP datagrams of RTT_BYTES, the median of RTT_PROBES after RTT_WARMUP unrecorded ones
