@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 from _common import pct  # noqa: E402
 
 MODELS = ("links", "alpha_beta")  # the default first
-COMPUTE_STEADY = 0.05  # a pair whose runs' compute per step (compute_per_rank, the largest rank) differs by more changed more than its links
+# a pair whose runs' compute per step (compute_per_rank, the largest rank) differs by more changed more than its links
+COMPUTE_STEADY = 0.05
 _NAME = re.compile(r"^(?P<layout>[a-z0-9_]+?)_(?:(?P<ranks>\d+)r_)?(?P<hosts>\d+)hosts_(?P<rate>\d+)mbit$")
 
 
