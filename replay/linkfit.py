@@ -27,6 +27,7 @@ Capacities are bytes per ns (1 GB/s = 1 byte/ns), latencies ns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class Fit:
     latency_share: np.ndarray | None = None  # per flow: its latency x this (< 1: a transfer shorter than it)
     notes: list = field(default_factory=list)
     # the inter-node bucket's depth (bytes) when the links' rate is scaled by x (a known bucket: run.json), or None
-    burst_at: object = None
+    burst_at: Callable[[float], float] | None = None
 
 
 def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams, factor: np.ndarray | None = None,
