@@ -258,38 +258,57 @@ def test_a_batch_on_a_trace_without_shapes_is_refused(gpu_run, tmp_path):
             _one(r, batch={"scale": 2.0})
 
 
+TP_LAYERS = 4
+TP_RECORDINGS = 3
+
+
 @pytest.fixture(scope="module")
 def tp_pair(tmp_path_factory):
-    """One DTensor tensor-parallel job recorded without and with activation checkpointing ([memory] events)."""
+    """One DTensor tensor-parallel job recorded without and with activation checkpointing ([memory] events), each
+    TP_RECORDINGS times: the real peak of one setting varies from one recording to the next by up to three of
+    gloo's 256 KiB collective buffers (13%: still live at the peak or already freed by gloo's worker thread, as
+    the all-reduces end before or after it), so a prediction is held to every recording's measured peak."""
     pytest.importorskip("torch")
     from tracekit.capture import layouts
 
     base = tmp_path_factory.mktemp("tp_memory")
-    out = {}
-    for ck in ("none", "full"):
-        cfg = layouts.LayoutConfig(out_dir=str(base / ck), layout="tp", ranks=2, steps=4, warmup=2, timed_steps=1,
-                                   profile_memory=True, checkpointing=ck)
-        layouts.run(cfg)
-        out[ck] = tracekit.open(cfg.out_dir, store=str(base / f"{ck}.store"))
+    out = {"none": [], "full": []}
+    for ck in out:
+        for i in range(TP_RECORDINGS):
+            cfg = layouts.LayoutConfig(out_dir=str(base / f"{ck}{i}"), layout="tp", ranks=2, steps=4, warmup=2,
+                                       timed_steps=1, profile_memory=True, checkpointing=ck, layers=TP_LAYERS)
+            layouts.run(cfg)
+            out[ck].append(tracekit.open(cfg.out_dir, store=str(base / f"{ck}{i}.store")))
     yield out
-    for r in out.values():
-        r.close()
+    for runs in out.values():
+        for r in runs:
+            r.close()
 
 
-@pytest.mark.slow  # two real 2-rank gloo training jobs
+def _within_recordings(predicted: float, runs: list) -> None:
+    """predicted within 10% of the measured peaks' span over the recordings of one setting (tp_pair)."""
+    measured = [whatif(r, []).iloc[0].measured_peak_alloc_bytes for r in runs]
+    assert 0.9 * min(measured) <= predicted <= 1.1 * max(measured), (predicted, measured)
+
+
+@pytest.mark.slow  # six real 2-rank gloo training jobs
 def test_a_tensor_parallel_recompute_keeps_what_it_makes_after_its_collective(tp_pair):
     # a recompute's span ends at its last operator with an autograd sequence number; in a DTensor block that is
     # before the all-reduce's redistribution, and the MLP's activations the recompute makes after it were left in
     # the backward (the prediction 27% under the run without checkpointing)
-    row = _one(tp_pair["full"], memory={"activation_checkpointing": "none"}).loc["x"]
-    measured = whatif(tp_pair["none"], []).iloc[0].measured_peak_alloc_bytes
-    assert row.predicted_peak_alloc_bytes == pytest.approx(measured, rel=0.10)
+    row = _one(tp_pair["full"][0], memory={"activation_checkpointing": "none"}).loc["x"]
+    _within_recordings(row.predicted_peak_alloc_bytes, tp_pair["none"])
 
 
-@pytest.mark.slow  # the same two jobs
+@pytest.mark.slow  # the same jobs
 def test_checkpointing_a_tensor_parallel_run_finds_its_blocks_in_every_step(tp_pair):
     # the forward's blocks are found in every step, though the graph shows a block's redistribution by different
     # ops from one copy to the next: a step whose blocks were half found kept their activations (the peak 82% over)
-    row = _one(tp_pair["none"], memory={"activation_checkpointing": "full"}).loc["x"]
-    measured = whatif(tp_pair["full"], []).iloc[0].measured_peak_alloc_bytes
-    assert row.predicted_peak_alloc_bytes == pytest.approx(measured, rel=0.10)
+    for run in tp_pair["none"]:
+        g = depgraph.build(run)
+        facts = memory.op_facts(run, g)
+        for rank in run.ranks:
+            per_step = [len(spans) for spans in memory._forward_blocks(g, facts, rank)]
+            assert per_step == [TP_LAYERS] * len(per_step) and len(per_step) >= 2, (rank, per_step)
+    row = _one(tp_pair["none"][0], memory={"activation_checkpointing": "full"}).loc["x"]
+    _within_recordings(row.predicted_peak_alloc_bytes, tp_pair["full"])
