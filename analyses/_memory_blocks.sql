@@ -21,7 +21,7 @@
 --   communication_buffers  in a communication call (_cpu_op_is_comm: c10d::*, functional collectives, nccl:*,
 --                          gloo:*, record_param_comms), live as long as it may (a buffer gloo's worker thread frees
 --                          has no free event on a CPU trace: _memory_events.sql)
---   gradients              in the backward (autograd::engine::evaluate_function: *, *Backward* nodes,
+--   gradients              in the backward (autograd::engine::evaluate_function: *, *Backward<N> nodes,
 --                          FSDP::post_backward*, FSDP::root_post_backward*) and either still live after the step's
 --                          backward ends (FSDP2's reduce-scatter output: the sharded gradients) or freed inside
 --                          AccumulateGrad, DDP's reducer or FSDP2's FSDP::post_backward_reduce (a gradient handed
@@ -80,7 +80,9 @@ _mem_kinds AS (
       WHEN regexp_matches(name, '^(torch\.distributed\.ddp\.reducer::|torch::distributed::reducer::)') THEN 'reducer'
       WHEN name = 'torch::autograd::AccumulateGrad' THEN 'accumulate_grad'
       WHEN starts_with(name, 'autograd::engine::evaluate_function: ') THEN 'backward'
-      WHEN cat = 'cpu_op' AND regexp_matches(name, '^\w+Backward\w*$') THEN 'backward_node'
+      -- an autograd node (AddmmBackward0, a Function's <Name>Backward); not a Function the forward applies whose
+      -- name holds the word (FSDP2's RegisterPostBackwardFunction, in every module's pre-forward)
+      WHEN cat = 'cpu_op' AND regexp_matches(name, '^\w+Backward\d*$') THEN 'backward_node'
       WHEN regexp_matches(name, $data_loading_pattern) THEN 'data_loading'
       WHEN cat = 'cpu_op' AND contains(lower(name), 'loss') THEN 'loss'
     END AS kind
