@@ -8,6 +8,9 @@ from ._sql import NO_GPU, check_scope, has_gpu_ops, prepare, query, sql_text, wi
 from .host_time import DATA_LOADING_PATTERN
 
 NO_MEMORY_EVENTS = "no [memory] events in this trace (profile with profile_memory=True)"
+# the categories memory_breakdown and memory_category_timeline split the allocator's bytes into
+# (analyses/_memory_blocks.sql's _mem_categories), in their order
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "communication_buffers", "other")
 
 
 def memory_bandwidth(run, rank: int | None = None, step: int | None = None, *, drop_last_step: bool = False):

@@ -200,7 +200,9 @@ def main() -> None:
     ap.add_argument("--rates", type=int, nargs="*", help="only these link rates (Mbit/s)")
     ap.add_argument("--memory-runs", type=Path, help="scripts/record_memory_runs.sh's recordings (peaks too)")
     ap.add_argument("--megatron", action="store_true", help="only the shared Megatron TP8 what-ifs and their time")
+    ap.add_argument("--memory-only", action="store_true", help="only the --memory-runs pairs (no --runs)")
     ap.add_argument("--write-docs", action="store_true", help="write the table into docs/whatif.md")
+    ap.add_argument("--marker", default="relayout-matrix", help="the docs/whatif.md block --write-docs writes")
     args = ap.parse_args()
     if args.megatron:
         with tempfile.TemporaryDirectory() as tmp:
@@ -209,18 +211,20 @@ def main() -> None:
         if args.write_docs:
             write_md_block(str(REPO / "docs" / "whatif.md"), "relayout-megatron", text)
         return
-    found = runs(args.runs)
+    found = {} if args.memory_only else runs(args.runs)
     if args.rates:
         found = {k: v for k, v in found.items() if v["rate"] in args.rates}
     found.update(memory_runs(args.memory_runs))
     if not found:
-        sys.exit(f"no layout runs under {args.runs}: record them with scripts/record_layout_runs.sh")
+        sys.exit(f"no memory runs under {args.memory_runs}: record them with scripts/record_memory_runs.sh"
+                 if args.memory_only else
+                 f"no layout runs under {args.runs}: record them with scripts/record_layout_runs.sh")
     with tempfile.TemporaryDirectory() as tmp:
         rows = validate(found, Path(tmp))
     text = markdown(rows)
     print(text)
     if args.write_docs:
-        write_md_block(str(REPO / "docs" / "whatif.md"), "relayout-matrix", text)
+        write_md_block(str(REPO / "docs" / "whatif.md"), args.marker, text)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from analyses.memory import CATEGORIES
+
 from .checks import ScenarioError
 from .costs import P2P_OPS, flat_coefficients
 from .dims import SCHEDULES, coll_dims, trace_layout
@@ -459,6 +461,25 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
 # Korthikanti et al. 2022 ("Reducing Activation Recomputation"): of a transformer layer's 34 s.b.h activation bytes
 # (16-bit, attention scores aside), 24 are inside the tensor-parallel regions and divide by t, 10 do not
 TP_SPLIT_ACTIVATIONS = 24 / 34
+# FSDP2 holds a module's unsharded parameters from its all-gather until it reshards: the root's (embedding, head,
+# final norm) through the step, and a block's while it computes and while the next block's is prefetched
+FSDP_BLOCKS_GATHERED = 2
+
+
+def _tp_activations(src_tp: int, new_tp: int) -> float:
+    """What a layer's activations per token become from tensor parallelism src_tp to new_tp: the share inside the
+    tensor-parallel regions (TP_SPLIT_ACTIVATIONS) divides by the degree, the rest does not."""
+    split = TP_SPLIT_ACTIVATIONS
+    return ((1 - split) + split / new_tp) / ((1 - split) + split / src_tp)
+
+
+def _gathered(st: "Structure", w: Work, lay: Layout) -> float:
+    """Bytes of unsharded parameters an FSDP rank of lay holds at once: the root's and FSDP_BLOCKS_GATHERED
+    blocks' (a block's: its parameters in the trace's shapes, at most the model's share), split by tensor
+    parallelism."""
+    block = min(st.block_param_bytes, w.model_bytes / max(w.blocks, 1))
+    root = max(w.model_bytes - block * w.blocks, 0.0)
+    return (root + min(FSDP_BLOCKS_GATHERED, w.blocks) * block) / lay.tp
 
 
 def _in_flight(lay: Layout, stage: int) -> int:
@@ -485,47 +506,73 @@ def _state_parameters(ms: pd.DataFrame, rank: int, device_type: int, device_id: 
     return max(0.0, min(float(row.pre_profiling_bytes_at_peak.iloc[0]), float(row.parameter_bytes.iloc[0])))
 
 
+def _comm_kept(src: Layout, new: Layout) -> float:
+    """The share of the run's communication buffers the new layout keeps: FSDP's reduce-scatter staging where it still
+    shards with FSDP, tensor parallelism's collective outputs where it still splits tensors (a data-parallel
+    all-reduce works in place)."""
+    gone = (src.sharding == "fsdp" and new.sharding != "fsdp") or (src.tp > 1 and new.tp == 1)
+    return 0.0 if gone else 1.0
+
+
+def _category_series(tl: pd.DataFrame, rank: int, device_type: int, device_id: int) -> pd.DataFrame:
+    """The rank's device's bytes per category after each of its [memory] events (memory_category_timeline, each
+    category held until its next row): one row per event time, a column per category."""
+    x = tl[(tl["rank"] == rank) & (tl.device_type == device_type) & (tl.device_id == device_id)]
+    wide = x.pivot_table(index="ts_ns", columns="category", values="bytes", aggfunc="last").sort_index().ffill()
+    return wide.reindex(columns=list(CATEGORIES)).fillna(0.0)
+
+
 def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     """Per rank of the run (its device that can run out: analyses.memory.memory_limiting_devices), the measured peak
-    and the new layout's predicted peak (the fullest stage of it): memory_breakdown's categories at the rank's peak,
-    each re-sized for the new layout -- parameters, gradients and optimizer state by the bytes a rank holds (the
-    model's / (tp x pp), / dp where sharded), activations by a micro-batch's tokens, the micro-batches in flight
-    (_in_flight), the blocks a stage holds and tensor parallelism's split of them (TP_SPLIT_ACTIVATIONS); other (the
-    temporaries) by the tokens, as the memory what-ifs take it; communication buffers as measured. The parameters at
-    the peak are the state (what memory_breakdown split off the bytes made before profiling: memory_model_state) and,
-    on an FSDP run, the unsharded copies its all-gathers make (the rest): an FSDP layout has them (/ tp x pp), another
-    none. Empty without [memory] events. cache: where the memory analyses are read once (memory._memory_analysis)."""
+    and the new layout's predicted peak (the fullest stage of it): the largest, over the run's [memory] events, of
+    memory_category_timeline's categories each re-sized for the new layout (the new layout may peak elsewhere than
+    the run: an FSDP run in its backward, where its gathered parameters and gradients add up, DDP at the loss) --
+    parameters, gradients and optimizer state by the bytes a rank holds (the model's / (tp x pp), / dp where
+    sharded), activations by a micro-batch's tokens, the micro-batches in flight (_in_flight), the blocks a stage
+    holds and tensor parallelism's split of them (_tp_activations); other (the temporaries) by the tokens, as the
+    memory what-ifs take it; communication buffers as measured where the new layout keeps what made them
+    (_comm_kept). The parameters are the state (what memory_breakdown split off the bytes made before profiling at
+    the peak: memory_model_state) and, on an FSDP run, the unsharded copies its all-gathers make (the rest): an FSDP
+    layout has them (/ tp x pp), another none; an FSDP layout from a run without them holds what FSDP2 gathers at
+    once (_gathered) and, while the backward holds gradients, a block's unsharded gradients staged for its
+    reduce-scatter. Empty without [memory] events. cache: where the memory analyses are read once
+    (memory._memory_analysis)."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
     top = peak_devices(run, cache)
     if not len(top):
         return pd.DataFrame(columns=PEAK_COLUMNS)
-    bd = _memory_analysis(run, cache, "memory_breakdown")
+    tl = _memory_analysis(run, cache, "memory_category_timeline")
     ms = _memory_analysis(run, cache, "memory_model_state")
     src, new, st, w = plan.src, plan.new, plan.structure, plan.work
     tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
-    split = TP_SPLIT_ACTIVATIONS
-    tp_f = ((1 - split) + split * src.tp / new.tp)
+    tp_f = _tp_activations(src.tp, new.tp)
     bounds = np.linspace(0, w.blocks, new.pp + 1).round().astype(int)
+    block = min(st.block_param_bytes, w.model_bytes / max(w.blocks, 1))
+    held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "gradients", "optimizer_state")}
     rows = []
     for r, dt, di, peak in zip(top["rank"], top.device_type, top.device_id, top.peak_allocated_bytes):
-        cat = bd[(bd["rank"] == r) & (bd.device_type == dt) & (bd.device_id == di)].set_index("category").bytes_at_peak
+        cat = _category_series(tl, int(r), int(dt), int(di))
         mine = st.ranks.get(int(r))
         blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
         stage_src = 0  # the source rank's in-flight micro-batches: its pipeline's fullest stage's
         # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._scaling)
-        fixed = float(cat.get("communication_buffers", 0)) + float(cat.get("other", 0)) * tokens / w.tokens
-        params = float(cat.get("parameters", 0))
-        state_params = min(params, _state_parameters(ms, r, dt, di))
-        copies = (params - state_params) * (src.tp * src.pp) / (new.tp * new.pp) if new.sharding == "fsdp" else 0.0
-        state = copies + state_params * _held(w, new, "parameters") / max(_held(w, src, "parameters"), 1.0)
-        state += sum(float(cat.get(c, 0)) * _held(w, new, c) / max(_held(w, src, c), 1.0)
-                     for c in ("gradients", "optimizer_state"))
+        fixed = (cat.communication_buffers.to_numpy() * _comm_kept(src, new)
+                 + cat.other.to_numpy() * tokens / w.tokens)
+        params = cat.parameters.to_numpy()
+        state_params = np.minimum(params, _state_parameters(ms, r, dt, di))
+        copies = np.zeros(len(cat))
+        if new.sharding == "fsdp" and src.sharding == "fsdp":  # the copies the run's all-gathers made
+            copies = (params - state_params) * (src.tp * src.pp) / (new.tp * new.pp)
+        elif new.sharding == "fsdp":  # what FSDP2 gathers, and stages for a reduce-scatter in the backward
+            copies = _gathered(st, w, new) + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0)
+        state = copies + state_params * held["parameters"]
+        state += sum(cat[c].to_numpy() * held[c] for c in ("gradients", "optimizer_state"))
         best = 0.0
         for s in range(new.pp):
-            act = (float(cat.get("activations", 0)) * (tokens / w.tokens) * tp_f
+            act = (cat.activations.to_numpy() * (tokens / w.tokens) * tp_f
                    * _in_flight(new, s) / _in_flight(src, stage_src) * (bounds[s + 1] - bounds[s]) / blocks_src)
-            best = max(best, fixed + state + act)
+            best = max(best, float((fixed + state + act).max(initial=0.0)))
         rows.append((int(r), int(dt), int(di), int(peak), int(round(best))))
     return pd.DataFrame(rows, columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
                                        "predicted_peak_alloc_bytes"])

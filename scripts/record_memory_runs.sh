@@ -5,10 +5,12 @@
 # at 1x and 2x the global batch, under DDP, FSDP2 and DTensor tensor parallelism, on 2 hosts at 400 Mbit/s.
 # Every run predicts the others of its layout ("[memory] activation_checkpointing", "[batch] scale"):
 # bench/whatif_memory.py.
-# Usage: scripts/record_memory_runs.sh [OUT_DIR]   (default: runs/memory; ~60 MB, not bundled)
+# Usage: scripts/record_memory_runs.sh [OUT_DIR [DEMO_LAYOUT_OPTION ...]]   (default: runs/memory; ~60 MB, not
+#   bundled); options after OUT_DIR replace the model's below (another model: --d-model 192 --layers 6 --heads 6)
 # Record on a quiet machine: step times are measured, and other work on the cores moves them.
 set -euo pipefail
 out="${1:-runs/memory}"
+shift $(( $# > 0 ? 1 : 0 ))
 mkdir -p "$out"
 model=(--d-model 128 --layers 4 --heads 4 --vocab 512 --seq-len 64 --steps 4 --warmup 2 --timed-steps 1 --poll-idle
        --profile-memory)
@@ -16,7 +18,7 @@ for layout in ddp fsdp tp; do
   for batch in 8 16; do
     for ckpt in none full; do
       tracekit demo-layout --out "$out/${layout}_b${batch}_ckpt_${ckpt}" --layout "$layout" --ranks 2 --hosts 2 \
-        --link-rate-mbit 400 --batch-size "$batch" --checkpointing "$ckpt" "${model[@]}"
+        --link-rate-mbit 400 --batch-size "$batch" --checkpointing "$ckpt" "${model[@]}" "$@"
     done
   done
 done

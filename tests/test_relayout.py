@@ -82,25 +82,27 @@ def test_a_re_layout_reports_the_measured_and_the_predicted_peak(tmp_path):
 @pytest.mark.slow  # a real 2-rank FSDP2 job on gloo
 def test_fsdps_unsharded_copies_are_in_an_fsdp_layouts_peak_only(tmp_path):
     # the parameters at an FSDP run's CPU peak are the unsharded copies its all-gathers made (the state was made
-    # before profiling and the CPU trace does not hold it): another layout has no such copies; the gradients and the
-    # optimizer state it holds grow by the sharding it drops
+    # before profiling and the CPU trace does not hold it): DDP has no such copies, holds whole gradients and no
+    # reduce-scatter staging, and peaks elsewhere in the step; the same model recorded under DDP is the truth
     pytest.importorskip("torch")
     import analyses
     from tracekit.capture.layouts import LayoutConfig, run as record
 
-    d = tmp_path / "fsdp"
-    record(LayoutConfig(out_dir=str(d), layout="fsdp", ranks=2, d_model=64, layers=2, heads=4, vocab=256, seq_len=32,
-                        batch_size=8, steps=3, warmup=1, timed_steps=0, profile_memory=True))
-    run = tracekit.open(str(_traces_only(d, tmp_path / "traces")), store=str(tmp_path / "st"))
+    # two warm-up steps: DDP rebuilds its gradient buckets in its second step's forward (a one-off the steady
+    # state does not repeat)
+    model = dict(ranks=2, d_model=64, layers=2, heads=4, vocab=256, seq_len=32, batch_size=8, steps=3, warmup=2,
+                 timed_steps=0, profile_memory=True)
+    for layout in ("fsdp", "ddp"):
+        record(LayoutConfig(out_dir=str(tmp_path / layout), layout=layout, **model))
+    run = tracekit.open(str(_traces_only(tmp_path / "fsdp", tmp_path / "traces")), store=str(tmp_path / "st"))
     t = whatif(run, [scenario_from_dict({"name": "ddp", "parallelism": {"sharding": "none"}}, "ddp"),
                      scenario_from_dict({"name": "own", "parallelism": {"sharding": "fsdp"}}, "own")])
     t = t.set_index("scenario")
     measured = int(t.loc["measured", "measured_peak_alloc_bytes"])
     assert t.loc["own", "predicted_peak_alloc_bytes"] == measured
-    peaks = analyses.memory_peak(run)
     at = analyses.memory_breakdown(run).pivot_table(index="rank", columns="category", values="bytes_at_peak")
     assert (analyses.memory_model_state(run).pre_profiling_bytes_at_peak == 0).all()
-    want = max(int(p - at.loc[r, "parameters"] + at.loc[r, "gradients"] + at.loc[r, "optimizer_state"])
-               for r, p in zip(peaks["rank"], peaks.peak_allocated_bytes))
     assert at["parameters"].min() > 0
-    assert abs(int(t.loc["ddp", "predicted_peak_alloc_bytes"]) - want) <= 1
+    with tracekit.open(str(tmp_path / "ddp"), store=str(tmp_path / "st_ddp")) as ddp:
+        truth = int(analyses.memory_peak(ddp).peak_allocated_bytes.max())
+    assert t.loc["ddp", "predicted_peak_alloc_bytes"] == pytest.approx(truth, rel=0.10)
