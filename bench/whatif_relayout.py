@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 from _common import write_md_block  # noqa: E402
 
 _NAME = re.compile(r"^(?P<layout>[a-z0-9_]+?)_(?P<ranks>\d+)r_(?P<hosts>\d+)hosts_(?P<rate>\d+)mbit$")
-# scripts/record_memory_runs.sh: <layout>_b<batch>_ckpt_<none|full>, 2 ranks on 2 hosts at 400 Mbit/s, [memory] events
-_MEMORY_NAME = re.compile(r"^(?P<layout>ddp|fsdp|tp)_b(?P<batch>\d+)_ckpt_(?P<ckpt>none|full)$")
+# scripts/record_memory_runs.sh: <layout>_b<batch>_ckpt_<none|full>, on 2 hosts at 400 Mbit/s, [memory] events
+_MEMORY_NAME = re.compile(r"^(?P<layout>[a-z0-9_]+?)_b(?P<batch>\d+)_ckpt_(?P<ckpt>none|full)$")
 MEMORY_RATE_MBIT = 400
 # the layouts the issue names, as [parallelism] keys
 LAYOUTS = {
@@ -48,8 +48,9 @@ def memory_runs(root: Path) -> dict[str, dict]:
     out = {}
     for p in sorted(root.iterdir()) if root and root.is_dir() else []:
         m = _MEMORY_NAME.match(p.name)
-        if m and (p / "run.json").exists():
-            out[p.name] = {"path": p, "layout": m["layout"], "hosts": 2, "ranks": 2, "rate": MEMORY_RATE_MBIT,
+        if m and m["layout"] in LAYOUTS and (p / "run.json").exists():
+            out[p.name] = {"path": p, "layout": m["layout"], "hosts": 2, "ranks": RANKS[m["layout"]],
+                           "rate": MEMORY_RATE_MBIT,
                            "group": f"b{m['batch']}_{m['ckpt']}"}
     return out
 
@@ -152,6 +153,18 @@ def markdown(rows: list[dict]) -> str:
         kind = "memory runs" if _MEMORY_NAME.match(r["from"]) else " <-> ".join(sorted(ranks)) if len(ranks) > 1 \
             else f"{ranks.pop()} -> same ranks"
         groups.setdefault((kind, r["rate"]), []).append(abs(r["err_pct"]))
+    if peaks:  # a pipeline's memory follows its schedule, which a re-sized timeline of another layout does not show
+        split = {}
+        for r in rows:
+            if r.get("peak_err_pct") is not None:
+                piped = any(LAYOUTS[found_layout(r[k])]["pp"] > 1 for k in ("from", "to"))
+                split.setdefault("a pipeline on either side" if piped else "no pipeline", []).append(r)
+        out += ["", "| peak pairs | pairs | within 10% | median | worst |", "| --- | --- | --- | --- | --- |"]
+        for k, v in sorted(split.items(), reverse=True):
+            e = [abs(r["peak_err_pct"]) for r in v]
+            w = max(v, key=lambda r: abs(r["peak_err_pct"]))
+            out.append(f"| {k} | {len(v)} | {sum(x <= 10 for x in e)} | {statistics.median(e):.1f}% | "
+                       f"{w['peak_err_pct']:+.1f}% (`{w['from']}` -> `{w['to']}`) |")
     out += ["", "| pairs | rate (Mbit/s) | pairs | median | worst | within 10% |", "| --- | --- | --- | --- | --- | --- |"]
     for (kind, rate), v in sorted(groups.items()):
         out.append(f"| {kind} | {rate} | {len(v)} | {statistics.median(v):.1f}% | {max(v):.1f}% | "

@@ -473,11 +473,15 @@ def _tp_activations(src_tp: int, new_tp: int) -> float:
     return ((1 - split) + split / new_tp) / ((1 - split) + split / src_tp)
 
 
+def _block_bytes(st: "Structure", w: Work) -> float:
+    """A block's parameters, unsharded: its linears' and norms' in the trace's shapes, at most the model's share."""
+    return min(st.block_param_bytes, w.model_bytes / max(w.blocks, 1))
+
+
 def _gathered(st: "Structure", w: Work, lay: Layout) -> float:
     """Bytes of unsharded parameters an FSDP rank of lay holds at once: the root's and FSDP_BLOCKS_GATHERED
-    blocks' (a block's: its parameters in the trace's shapes, at most the model's share), split by tensor
-    parallelism."""
-    block = min(st.block_param_bytes, w.model_bytes / max(w.blocks, 1))
+    blocks', split by tensor parallelism."""
+    block = _block_bytes(st, w)
     root = max(w.model_bytes - block * w.blocks, 0.0)
     return (root + min(FSDP_BLOCKS_GATHERED, w.blocks) * block) / lay.tp
 
@@ -548,7 +552,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
     tp_f = _tp_activations(src.tp, new.tp)
     bounds = np.linspace(0, w.blocks, new.pp + 1).round().astype(int)
-    block = min(st.block_param_bytes, w.model_bytes / max(w.blocks, 1))
+    block = _block_bytes(st, w)
     held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "gradients", "optimizer_state")}
     rows = []
     for r, dt, di, peak in zip(top["rank"], top.device_type, top.device_id, top.peak_allocated_bytes):

@@ -2,11 +2,14 @@
 # Record the memory what-if validation runs on the testbed (network namespaces, tc-shaped links; needs root,
 # iproute2 and pip install 'tracekit[capture]'): the small transformer of tracekit demo-layout with the allocator's
 # [memory] events, with and without full activation checkpointing (PyTorch's checkpoint_wrapper on every block),
-# at 1x and 2x the global batch, under DDP, FSDP2 and DTensor tensor parallelism, on 2 hosts at 400 Mbit/s.
+# at 1x and 2x the global batch, under every layout of tracekit demo-layout (DDP, FSDP2, DTensor tensor
+# parallelism and the two pipeline schedules on 2 ranks; FSDP x TP and DP x PP on 4), on 2 hosts at 400 Mbit/s.
 # Every run predicts the others of its layout ("[memory] activation_checkpointing", "[batch] scale"):
-# bench/whatif_memory.py.
-# Usage: scripts/record_memory_runs.sh [OUT_DIR [DEMO_LAYOUT_OPTION ...]]   (default: runs/memory; ~60 MB, not
-#   bundled); options after OUT_DIR replace the model's below (another model: --d-model 192 --layers 6 --heads 6)
+# bench/whatif_memory.py; and every other layout's at its batch and checkpointing ("[parallelism]"):
+# bench/whatif_relayout.py --memory-only.
+# Usage: [LAYOUTS='ddp:2 tp:2'] scripts/record_memory_runs.sh [OUT_DIR [DEMO_LAYOUT_OPTION ...]]   (default:
+#   runs/memory; ~150 MB, not bundled); options after OUT_DIR replace the model's below (another model: --d-model 192
+#   --layers 6 --heads 6); LAYOUTS: which layouts, each with its ranks (default: all seven)
 # Record on a quiet machine: step times are measured, and other work on the cores moves them.
 set -euo pipefail
 out="${1:-runs/memory}"
@@ -14,11 +17,13 @@ shift $(( $# > 0 ? 1 : 0 ))
 mkdir -p "$out"
 model=(--d-model 128 --layers 4 --heads 4 --vocab 512 --seq-len 64 --steps 4 --warmup 2 --timed-steps 1 --poll-idle
        --profile-memory)
-for layout in ddp fsdp tp; do
+layouts="${LAYOUTS:-ddp:2 fsdp:2 tp:2 pp_gpipe:2 pp_1f1b:2 fsdp_tp:4 dp_pp:4}"  # layout:ranks
+for lr in $layouts; do
+  layout="${lr%%:*}" ranks="${lr##*:}"
   for batch in 8 16; do
     for ckpt in none full; do
-      tracekit demo-layout --out "$out/${layout}_b${batch}_ckpt_${ckpt}" --layout "$layout" --ranks 2 --hosts 2 \
-        --link-rate-mbit 400 --batch-size "$batch" --checkpointing "$ckpt" "${model[@]}" "$@"
+      tracekit demo-layout --out "$out/${layout}_b${batch}_ckpt_${ckpt}" --layout "$layout" --ranks "$ranks" \
+        --hosts 2 --link-rate-mbit 400 --batch-size "$batch" --checkpointing "$ckpt" "${model[@]}" "$@"
     done
   done
 done
