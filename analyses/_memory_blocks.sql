@@ -74,10 +74,7 @@ _mem_kinds AS (
       WHEN regexp_matches(name, '^(FSDP::all_gather|fsdp::all_gather_copy_in|fsdp::split_with_sizes_copy)') THEN 'unshard'
       WHEN starts_with(name, 'FSDP::post_backward_reduce') THEN 'reduce'
       WHEN regexp_matches(name, '^FSDP::(post_backward|root_post_backward)') THEN 'backward'
-      -- the call (a c10d operator, a functional collective, record_param_comms), not a gloo: / nccl: annotation:
-      -- an asynchronous collective's annotation spans its flight on the caller's thread, and a pipeline stage's
-      -- next forward runs inside its send's
-      WHEN _cpu_op_is_comm(name) AND cat = 'cpu_op' THEN 'comm'
+      WHEN _cpu_op_is_comm(name) THEN 'comm'
       WHEN starts_with(name, 'Optimizer.step#') THEN 'optimizer'
       WHEN starts_with(name, 'Optimizer.zero_grad#') THEN 'zero_grad'
       WHEN regexp_matches(name, '^(torch\.distributed\.ddp\.reducer::|torch::distributed::reducer::)') THEN 'reducer'
