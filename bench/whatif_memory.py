@@ -1,11 +1,11 @@
 """The memory what-ifs against runs recorded both ways: every run of one layout predicts every other
 ([batch] scale, [memory] activation_checkpointing), step time and peak allocated memory, against what was measured.
 
-    scripts/record_memory_runs.sh runs/memory      # DDP, FSDP2, TP x batch 8 / 16 x checkpointing none / full
-    python bench/whatif_memory.py runs/memory > table.md
+    scripts/record_memory_runs.sh runs/memory      # every layout x batch 8 / 16 x checkpointing none / full
+    python bench/whatif_memory.py runs/memory [--write-docs]
 
 Prints one Markdown table (every ordered pair, its errors) and a summary line per layout with the median and worst
-absolute errors, and writes them into docs/whatif.md between the memory-whatif markers.
+absolute errors; --write-docs writes them into docs/whatif.md between the memory-whatif markers.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def measured(path: str) -> tuple[float, float]:
         return float(step), float(r.analyze("memory_peak").peak_allocated_bytes.max())
 
 
-def main(root: str) -> int:
+def main(root: str, write_docs: bool = False) -> int:
     runs = {}
     for d in sorted(pathlib.Path(root).iterdir()):
         m = NAME.match(d.name)
@@ -63,11 +63,18 @@ def main(root: str) -> int:
     lines.append("")
     lines += [f"- {s}" for s in summary]
     print("\n".join(lines[-len(summary):]))
-    from _common import write_md_block
+    if write_docs:
+        from _common import write_md_block
 
-    write_md_block(str(REPO / "docs" / "whatif.md"), "memory-whatif", "\n".join(lines))
+        write_md_block(str(REPO / "docs" / "whatif.md"), "memory-whatif", "\n".join(lines))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "runs/memory"))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="?", default="runs/memory", help="scripts/record_memory_runs.sh's recordings")
+    ap.add_argument("--write-docs", action="store_true", help="write the table into docs/whatif.md")
+    args = ap.parse_args()
+    sys.exit(main(args.runs, args.write_docs))
