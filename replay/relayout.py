@@ -518,12 +518,15 @@ def _comm_kept(src: Layout, new: Layout) -> float:
     return 0.0 if gone else 1.0
 
 
-def _category_series(tl: pd.DataFrame, rank: int, device_type: int, device_id: int) -> pd.DataFrame:
-    """The rank's device's bytes per category after each of its [memory] events (memory_category_timeline, each
-    category held until its next row): one row per event time, a column per category."""
-    x = tl[(tl["rank"] == rank) & (tl.device_type == device_type) & (tl.device_id == device_id)]
-    wide = x.pivot_table(index="ts_ns", columns="category", values="bytes", aggfunc="last").sort_index().ffill()
-    return wide.reindex(columns=list(CATEGORIES)).fillna(0.0)
+def _category_series(tl: pd.DataFrame) -> dict:
+    """Per (rank, device type, device id), its bytes per category after each of its [memory] events
+    (memory_category_timeline, each category held until its next row): one row per event time, a column per
+    category. The timeline is split once, not filtered per rank."""
+    out = {}
+    for key, x in tl.groupby(["rank", "device_type", "device_id"], sort=False):
+        wide = x.pivot_table(index="ts_ns", columns="category", values="bytes", aggfunc="last").sort_index().ffill()
+        out[tuple(int(k) for k in key)] = wide.reindex(columns=list(CATEGORIES)).fillna(0.0)
+    return out
 
 
 def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
@@ -546,7 +549,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     top = peak_devices(run, cache)
     if not len(top):
         return pd.DataFrame(columns=PEAK_COLUMNS)
-    tl = _memory_analysis(run, cache, "memory_category_timeline")
+    series = _category_series(_memory_analysis(run, cache, "memory_category_timeline"))
     ms = _memory_analysis(run, cache, "memory_model_state")
     src, new, st, w = plan.src, plan.new, plan.structure, plan.work
     tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
@@ -556,7 +559,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "gradients", "optimizer_state")}
     rows = []
     for r, dt, di, peak in zip(top["rank"], top.device_type, top.device_id, top.peak_allocated_bytes):
-        cat = _category_series(tl, int(r), int(dt), int(di))
+        cat = series.get((int(r), int(dt), int(di)), pd.DataFrame(0.0, index=[0], columns=list(CATEGORIES)))
         mine = st.ranks.get(int(r))
         blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
         stage_src = 0  # the source rank's in-flight micro-batches: its pipeline's fullest stage's
