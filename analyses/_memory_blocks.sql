@@ -17,7 +17,9 @@
 -- A block's category comes from the CPU operators and annotations around its allocation on its thread, and how
 -- long it lives, first rule that holds:
 --   parameters             under FSDP2's all-gather (FSDP::all_gather*, fsdp::all_gather_copy_in,
---                          fsdp::split_with_sizes_copy): the unsharded parameters and the buffer they are gathered in
+--                          fsdp::split_with_sizes_copy) or its FSDP::pre_forward: the unsharded parameters and the
+--                          buffer they are gathered in (a replicate()d module, or a one-rank shard group, copies them
+--                          in its pre-forward without an all-gather)
 --   communication_buffers  in a communication call (_cpu_op_is_comm: c10d::*, functional collectives, nccl:*,
 --                          gloo:*, record_param_comms), live as long as it may (a buffer gloo's worker thread frees
 --                          has no free event on a CPU trace: _memory_events.sql)
@@ -59,11 +61,16 @@ _mem_blocks AS (
          end_tid
   FROM _mem_block_ends
 ),
+-- the threads that run the steps (ProfilerStep#N): the callers'
+_mem_step_threads AS (
+  SELECT DISTINCT rank, pid, tid FROM events
+  WHERE ph = 'X' AND starts_with(name, 'ProfilerStep#') AND ($rank IS NULL OR rank = $rank)
+),
 _mem_ops_all AS (
-  SELECT rank, pid, tid, name, cat, ts_ns, ts_ns + dur_ns AS end_ns
-  FROM events
-  WHERE ph = 'X' AND cat IN ('cpu_op', 'user_annotation') AND dur_ns > 0 AND ($rank IS NULL OR rank = $rank)
-    AND rank IN (SELECT DISTINCT rank FROM _mem_events)
+  SELECT e.rank, e.pid, e.tid, e.name, e.cat, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, t.tid IS NOT NULL AS on_step_thread
+  FROM events e LEFT JOIN _mem_step_threads t ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid
+  WHERE e.ph = 'X' AND e.cat IN ('cpu_op', 'user_annotation') AND e.dur_ns > 0 AND ($rank IS NULL OR e.rank = $rank)
+    AND e.rank IN (SELECT DISTINCT rank FROM _mem_events)
 ),
 _mem_step_of_op AS (
   SELECT o.*, CASE WHEN o.ts_ns < s.end_ns THEN s.step END AS step
@@ -71,10 +78,15 @@ _mem_step_of_op AS (
 ),
 _mem_kinds AS (
   SELECT *, CASE
-      WHEN regexp_matches(name, '^(FSDP::all_gather|fsdp::all_gather_copy_in|fsdp::split_with_sizes_copy)') THEN 'unshard'
+      WHEN regexp_matches(name, '^(FSDP::all_gather|fsdp::all_gather_copy_in|fsdp::split_with_sizes_copy|FSDP::pre_forward$)')
+        THEN 'unshard'
       WHEN starts_with(name, 'FSDP::post_backward_reduce') THEN 'reduce'
       WHEN regexp_matches(name, '^FSDP::(post_backward|root_post_backward)') THEN 'backward'
-      WHEN _cpu_op_is_comm(name) THEN 'comm'
+      -- the call (a c10d operator, a functional collective, record_param_comms); a gloo: / nccl: annotation on a
+      -- step's thread is not: an asynchronous collective's annotation spans its flight on the caller's thread, and
+      -- a pipeline stage's next forward runs inside its send's. On another thread (gloo's worker) it is the
+      -- collective's own work, and what it allocates its buffers
+      WHEN _cpu_op_is_comm(name) AND (cat = 'cpu_op' OR NOT on_step_thread) THEN 'comm'
       WHEN starts_with(name, 'Optimizer.step#') THEN 'optimizer'
       WHEN starts_with(name, 'Optimizer.zero_grad#') THEN 'zero_grad'
       WHEN regexp_matches(name, '^(torch\.distributed\.ddp\.reducer::|torch::distributed::reducer::)') THEN 'reducer'

@@ -359,3 +359,52 @@ def test_fsdps_unsharded_gradients_and_their_reduce_scatter_input_are_gradients_
                                 "communication_buffers": 400, "other": 0}
         blocks = analyses.memory_blocks(run).set_index("bytes").category
         assert blocks[400].tolist() == ["gradients", "communication_buffers"] and blocks[200] == "gradients"
+
+
+def test_a_pipelines_forward_inside_its_sends_annotation_and_fsdps_forward_function_are_the_forwards(tmp_path):
+    # a pipeline stage's send: c10d::send returns at once, and gloo's annotation spans the transfer on the caller's
+    # thread, over the next micro-batch's forward: what that forward allocates is activations, the call's own
+    # buffer a communication buffer. FSDP2 applies RegisterPostBackwardFunction in every module's pre-forward: a
+    # Function, not an autograd node; the backward starts at AddmmBackward0, and the linear run again under it is
+    # the checkpoint's recompute (activations), which it was not when the backward seemed to start in the forward
+    a = _Alloc(0)
+    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+          _op("RegisterPostBackwardFunction", 20, 5),
+          _op("aten::linear", 30, 20),
+          _op("c10d::send", 60, 5), _op("gloo:send", 62, 200, cat="user_annotation"),  # on the caller's thread
+          _op("Forward 1", 100, 50, cat="user_annotation"), _op("aten::linear", 110, 20),
+          _op("autograd::engine::evaluate_function: AddmmBackward0", 300, 100), _op("AddmmBackward0", 301, 98),
+          _op("aten::linear", 310, 30)]
+    a(35, 0x10, 100)    # the first forward's linear: activations
+    a(61, 0x20, 7)      # inside the send's call: a communication buffer (no free: gone after the transfer)
+    a(115, 0x30, 1000)  # the next micro-batch's forward, inside the send's annotation: activations
+    a(315, 0x40, 400)   # the recompute: activations (the peak)
+    a(395, 0x40, -400)  # freed in the backward
+    d = tmp_path / "t"
+    write_trace(d / "rank0.trace.json", ev + a.events, rank=0, world_size=1)
+    with tracekit.open(d, store=str(tmp_path / "s")) as run:
+        blocks = analyses.memory_blocks(run).set_index("bytes").category
+        assert blocks.to_dict() == {100: "activations", 7: "communication_buffers", 1000: "activations",
+                                    400: "activations"}
+        assert _by_category(analyses.memory_breakdown(run)) == {
+            "parameters": 0, "gradients": 0, "optimizer_state": 0, "activations": 1500, "communication_buffers": 0,
+            "other": 0}
+
+
+def test_a_replicated_modules_pre_forward_copies_are_its_parameters(tmp_path):
+    # replicate() (FSDP2's machinery on a one-rank shard group) copies each parameter into its unsharded storage in
+    # FSDP::pre_forward, with no all-gather: the copies are parameters, not the forward's activations
+    a = _Alloc(0)
+    ev = [_op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+          _op("FSDP::pre_forward", 10, 40, cat="user_annotation"), _op("aten::copy_", 20, 5),
+          _op("aten::linear", 60, 20),
+          _op("autograd::engine::evaluate_function: AddmmBackward0", 300, 100), _op("AddmmBackward0", 301, 98)]
+    a(15, 0x10, 512)    # the unsharded parameter, outside any operator of the pre-forward
+    a(65, 0x20, 100)    # the forward's activation (the peak: 612)
+    a(350, 0x20, -100)
+    d = tmp_path / "t"
+    write_trace(d / "rank0.trace.json", ev + a.events, rank=0, world_size=1)
+    with tracekit.open(d, store=str(tmp_path / "s")) as run:
+        assert _by_category(analyses.memory_breakdown(run)) == {
+            "parameters": 512, "gradients": 0, "optimizer_state": 0, "activations": 100, "communication_buffers": 0,
+            "other": 0}
