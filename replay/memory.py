@@ -712,11 +712,27 @@ def _peak(ts: np.ndarray, total: np.ndarray, deltas: list) -> float:
 
 
 def _runs(g, on: np.ndarray, facts: OpFacts) -> list[tuple[int, int]]:
-    """(start, end) of each block in the forward: its period's consecutive block nodes (first pieces)."""
+    """(start, end) of each block in the forward: its period's consecutive block nodes (first pieces), counted within
+    each stretch of block nodes that no other forward operator interrupts (a pipeline's last stage runs its head,
+    loss and receive between micro-batches: a block does not run across them); a stretch's tail shorter than a
+    period less REPEAT_SLACK_OPS is no block."""
     if not len(on):
         return []
     _, first = np.unique(g.event_id[on], return_index=True)
     on = on[np.sort(first)]
-    period = facts.blocks[int(g.rank[on[0]])][0]
-    return [(int(g.start_ns[p[0]]), int(g.start_ns[p[-1]] + g.dur_ns[p[-1]]))
-            for p in (on[i:i + period] for i in range(0, len(on), period)) if len(p) == period]
+    r = int(g.rank[on[0]])
+    period = facts.blocks[r][0]
+    t0, t1 = g.start_ns[on[0]], g.start_ns[on[-1]]
+    fwd = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD)
+                         & (g.start_ns >= t0) & (g.start_ns <= t1) & (facts.block_ns <= 0))
+    # another forward operator between two consecutive block nodes ends a stretch
+    others = np.sort(g.start_ns[fwd])
+    starts = g.start_ns[on]
+    cut = np.searchsorted(others, starts[1:], side="left") > np.searchsorted(others, starts[:-1], side="right")
+    out = []
+    for part in np.split(on, np.flatnonzero(cut) + 1):
+        for i in range(0, len(part), period):
+            p = part[i:i + period]
+            if len(p) >= max(period - REPEAT_SLACK_OPS, 1):
+                out.append((int(g.start_ns[p[0]]), int(g.start_ns[p[-1]] + g.dur_ns[p[-1]])))
+    return out
