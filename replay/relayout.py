@@ -455,7 +455,31 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     ratio = parts["step_ns"] / base["step_ns"] if base["step_ns"] > 0 else 1.0
     notes = notes_for(src, new, st, w, parts, base, costs) + [f"the run's layout from its traces: {e}"
                                                               for e in tl.evidence]
-    return ratio, notes, Plan(src, new, st, w, batch_scale)
+    stages = {int(r): i for grp in tl.groups.get("pp", []) for i, r in enumerate(grp)}
+    kp, bwd = _micro_batch_memory(run, g, facts, st, src, stages)
+    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, bwd)
+
+
+def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict):
+    """(what a micro-batch keeps per token (replay/activations.py), from the ranks whose peaks are judged; per such
+    (rank, device type, device id), the bytes of activations its backward allocated live after each of its [memory]
+    events (_category_series' times)); (None, {}) without [memory] events."""
+    from .activations import backward_activations, kept
+    from .memory import _memory_analysis, has_memory_events, peak_devices
+
+    if not has_memory_events(run):
+        return None, {}
+    cache = facts.analyses
+    top = peak_devices(run, cache)
+    mine = list(zip(top["rank"].astype(int), top.device_type.astype(int), top.device_id.astype(int)))
+    series = _category_series(run, cache)
+    blocks = _memory_analysis(run, cache, "memory_blocks")
+    bwd = {}
+    for r, dt, di in mine:
+        if (r, dt, di) in series:
+            own = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
+            bwd[(r, dt, di)] = backward_activations(g, facts, r, own, series[(r, dt, di)].index.to_numpy())
+    return kept(run, g, facts, int(st.tokens), mine, stages, src.pp, cache), bwd
 
 
 # Korthikanti et al. 2022 ("Reducing Activation Recomputation"): of a transformer layer's 34 s.b.h activation bytes
@@ -518,38 +542,68 @@ def _comm_kept(src: Layout, new: Layout) -> float:
     return 0.0 if gone else 1.0
 
 
-def _category_series(tl: pd.DataFrame) -> dict:
+def _category_series(run, cache: dict) -> dict:
     """Per (rank, device type, device id), its bytes per category after each of its [memory] events
     (memory_category_timeline, each category held until its next row): one row per event time, a column per
-    category. The timeline is split once, not filtered per rank."""
-    out = {}
+    category. The timeline is split once, not filtered per rank, and kept in cache (memory._memory_analysis's)."""
+    from .memory import _memory_analysis
+
+    if "_category_series" in cache:
+        return cache["_category_series"]
+    tl = _memory_analysis(run, cache, "memory_category_timeline")
+    out = cache["_category_series"] = {}
     for key, x in tl.groupby(["rank", "device_type", "device_id"], sort=False):
         wide = x.pivot_table(index="ts_ns", columns="category", values="bytes", aggfunc="last").sort_index().ffill()
         out[tuple(int(k) for k in key)] = wide.reindex(columns=list(CATEGORIES)).fillna(0.0)
     return out
 
 
+def _same_schedule(a: Layout, b: Layout) -> bool:
+    """Whether two layouts run a stage's micro-batches alike: the same pipeline depth, micro-batches and schedule."""
+    return (a.pp, a.micro_batches, a.schedule if a.pp > 1 else None) == (b.pp, b.micro_batches,
+                                                                           b.schedule if b.pp > 1 else None)
+
+
+def _stage_peak(kp, new: Layout, s: int, bounds: np.ndarray, tokens: float, tp_f: float, grads: float) -> float:
+    """Stage s of the new layout: its activations, transients and gradients at their fullest over its schedule
+    (activations.stage_peak), a micro-batch of `tokens` tokens."""
+    from .activations import schedule, stage_peak
+
+    last = s == new.pp - 1
+    keeps = kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, last, tp_f) * tokens
+    return stage_peak(schedule(new.pp, s, new.micro_batches, new.schedule), keeps,
+                      (kp.forward_last if last else kp.forward_rest) * tokens * tp_f,
+                      (kp.backward_last if last else kp.backward_rest) * tokens * tp_f, grads)
+
+
 def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     """Per rank of the run (its device that can run out: analyses.memory.memory_limiting_devices), the measured peak
-    and the new layout's predicted peak (the fullest stage of it): the largest, over the run's [memory] events, of
-    memory_category_timeline's categories each re-sized for the new layout (the new layout may peak elsewhere than
-    the run: an FSDP run in its backward, where its gathered parameters and gradients add up, DDP at the loss) --
-    parameters, gradients and optimizer state by the bytes a rank holds (the model's / (tp x pp), / dp where
-    sharded), activations by a micro-batch's tokens, the micro-batches in flight (_in_flight), the blocks a stage
-    holds and tensor parallelism's split of them (_tp_activations); other (the temporaries) by the tokens, as the
-    memory what-ifs take it; communication buffers as measured where the new layout keeps what made them
-    (_comm_kept). The parameters are the state (what memory_breakdown split off the bytes made before profiling at
+    and the new layout's predicted peak (the fullest stage of it). Empty without [memory] events. cache: where the
+    memory analyses are read once (memory._memory_analysis).
+
+    The state: parameters, gradients and optimizer state by the bytes a rank holds (the model's / (tp x pp), / dp
+    where sharded). The parameters are the state (what memory_breakdown split off the bytes made before profiling at
     the peak: memory_model_state) and, on an FSDP run, the unsharded copies its all-gathers make (the rest): an FSDP
     layout has them (/ tp x pp), another none; an FSDP layout from a run without them holds what FSDP2 gathers at
     once (_gathered) and, while the backward holds gradients, a block's unsharded gradients staged for its
-    reduce-scatter. Empty without [memory] events. cache: where the memory analyses are read once
-    (memory._memory_analysis)."""
+    reduce-scatter.
+
+    Where the new layout runs a stage's micro-batches as the run does (_same_schedule): the largest, over the run's
+    [memory] events, of memory_category_timeline's categories each re-sized (the new layout may peak elsewhere than
+    the run: an FSDP run in its backward, where its gathered parameters and gradients add up, DDP at the loss) --
+    activations by what a stage keeps over what the rank keeps (replay/activations.py: its blocks, the embedding's
+    output on the first stage, the head's on the last, the micro-batches in flight, _in_flight; tensor parallelism's
+    split of a block's, _tp_activations), what the backward allocates again (a checkpoint's recompute) by the tokens
+    and the split; other (the temporaries) by the tokens, as the memory what-ifs take it; communication buffers as
+    measured where the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or
+    micro-batch count), each new stage's schedule walked (activations.stage_peak) on the rank's largest state and
+    gradients: the run's own curve holds its own micro-batches in its own order."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
     top = peak_devices(run, cache)
     if not len(top):
         return pd.DataFrame(columns=PEAK_COLUMNS)
-    series = _category_series(_memory_analysis(run, cache, "memory_category_timeline"))
+    series = _category_series(run, cache)
     ms = _memory_analysis(run, cache, "memory_model_state")
     src, new, st, w = plan.src, plan.new, plan.structure, plan.work
     tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
@@ -557,12 +611,13 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     bounds = np.linspace(0, w.blocks, new.pp + 1).round().astype(int)
     block = _block_bytes(st, w)
     held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "gradients", "optimizer_state")}
+    kp = plan.kept
     rows = []
     for r, dt, di, peak in zip(top["rank"], top.device_type, top.device_id, top.peak_allocated_bytes):
         cat = series.get((int(r), int(dt), int(di)), pd.DataFrame(0.0, index=[0], columns=list(CATEGORIES)))
         mine = st.ranks.get(int(r))
         blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
-        stage_src = 0  # the source rank's in-flight micro-batches: its pipeline's fullest stage's
+        stage_src = plan.stages.get(int(r), 0)
         # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._scaling)
         fixed = (cat.communication_buffers.to_numpy() * _comm_kept(src, new)
                  + cat.other.to_numpy() * tokens / w.tokens)
@@ -574,12 +629,32 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         elif new.sharding == "fsdp":  # what FSDP2 gathers, and stages for a reduce-scatter in the backward
             copies = _gathered(st, w, new) + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0)
         state = copies + state_params * held["parameters"]
-        state += sum(cat[c].to_numpy() * held[c] for c in ("gradients", "optimizer_state"))
+        state += cat.optimizer_state.to_numpy() * held["optimizer_state"]
+        grads = cat.gradients.to_numpy() * held["gradients"]
+        act_src = cat.activations.to_numpy()
+        if kp is not None and not _same_schedule(src, new):
+            # another micro-batch schedule: each new stage's schedule walked (replay/activations.py), on this rank's
+            # state and gradients
+            best = float(state.max(initial=0.0)) + max(
+                _stage_peak(kp, new, s, bounds, tokens, tp_f, float(grads.max(initial=0.0))) for s in range(new.pp))
+            rows.append((int(r), int(dt), int(di), int(peak), int(round(best))))
+            continue
+        # the run's own curve: what a stage keeps (replay/activations.py: its blocks, the embedding's output on the
+        # first, the head's on the last, its micro-batches in flight) over what this rank keeps
+        own = (kp.micro_batch(blocks_src, stage_src == 0, stage_src == src.pp - 1) * w.tokens
+               * _in_flight(src, stage_src) if kp is not None else 0.0)
         best = 0.0
+        # what the backward allocates again (a checkpoint's recompute) follows the tokens and the split of a block
+        redo = plan.backward_act.get((int(r), int(dt), int(di)), np.zeros(len(cat)))
         for s in range(new.pp):
-            act = (cat.activations.to_numpy() * (tokens / w.tokens) * tp_f
-                   * _in_flight(new, s) / _in_flight(src, stage_src) * (bounds[s + 1] - bounds[s]) / blocks_src)
-            best = max(best, float((fixed + state + act).max(initial=0.0)))
+            if own > 0:
+                act = ((act_src - redo) * (kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, s == new.pp - 1, tp_f)
+                                           * tokens * _in_flight(new, s)) / own
+                       + redo * tokens / w.tokens * tp_f)
+            else:
+                act = (act_src * (tokens / w.tokens) * tp_f * _in_flight(new, s) / _in_flight(src, stage_src)
+                       * (bounds[s + 1] - bounds[s]) / blocks_src)
+            best = max(best, float((fixed + state + grads + act).max(initial=0.0)))
         rows.append((int(r), int(dt), int(di), int(peak), int(round(best))))
     return pd.DataFrame(rows, columns=["rank", "device_type", "device_id", "measured_peak_alloc_bytes",
                                        "predicted_peak_alloc_bytes"])
@@ -593,3 +668,7 @@ class Plan:
     structure: Structure
     work: Work
     batch_scale: float = 1.0
+    kept: "Kept | None" = None  # what a micro-batch's forward keeps per token (replay/activations.py)
+    stages: dict = field(default_factory=dict)  # the run's rank -> its pipeline stage (none without a pipeline)
+    # (rank, device type, device id) -> its backward's own activations (a checkpoint's recompute) after each event
+    backward_act: dict = field(default_factory=dict)

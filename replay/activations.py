@@ -1,0 +1,227 @@
+"""A pipeline stage's memory over its micro-batch schedule, from what a run's [memory] events show a micro-batch
+keeping: what a re-layout (replay/relayout.py) predicts where the new layout runs its micro-batches otherwise than
+the run (another pipeline depth, schedule or micro-batch count). A run's own activations, where it holds several
+micro-batches or all the blocks, are not one stage's: a stage's are rebuilt from a micro-batch's.
+
+The blocks a micro-batch's forward and backward allocate (memory_blocks' activations, other and communication
+buffers; gradients, parameters and optimizer state are the stage's state), each placed by the rank's top-level
+operator around its allocation (op_facts' phase; between two backward nodes with no forward block starting in
+between is the backward's: a tensor subclass runs a checkpoint's recompute outside the nodes). Per token of a rank's
+micro-batch (Structure.tokens):
+- `block`: what one repeated forward block (memory._forward_blocks) allocates and still holds when its step's next
+  backward starts, the median over the run's blocks and ranks; `pre`: the same of the forward's operators outside
+  the blocks nearer the next block (the embedding's output), the first stage's; `post`: nearer the previous block
+  (the head's output and the loss's saved tensors), the last stage's; each the median over its micro-batches;
+- the transients on top, the most live at once: of what the forward allocates and frees before the backward (the
+  loss's working set on the last stage), and of what the backward allocates (the gradients of activations, a
+  checkpoint's recompute); the last stage's and the others' apart (a run without a pipeline shows no other stage:
+  its backward's transient is taken for every stage, its forward's only for the last).
+
+Tensor parallelism splits a block's bytes and the transients (what it leaves: relayout's _tp_activations), not the
+embedding's or the head's outputs. A stage's peak (stage_peak) walks its schedule (schedule: GPipe's forwards then
+backwards, 1F1B's warm-up forwards then one forward and one backward, a stage without a pipeline its micro-batches
+one after the other): a forward adds a micro-batch's kept bytes with the forward's transient on top; a backward
+holds its transient, then frees the micro-batch; the gradients fill during the first backward (freeing the
+micro-batch as they fill: the larger of its two ends) and stay for the step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyses import depgraph as _graph
+
+from .memory import BACKWARD, FORWARD, OpFacts, _forward_blocks, _memory_analysis
+
+
+@dataclass
+class Kept:
+    """Bytes per token of a micro-batch (module docstring); tokens: the tokens they are per."""
+    block: float = 0.0  # one block keeps for the backward
+    pre: float = 0.0  # kept before the first block (the first stage's)
+    post: float = 0.0  # kept after the last block (the last stage's)
+    forward_last: float = 0.0  # the forward's transient on the last stage (the loss)
+    forward_rest: float = 0.0  # ... on another stage
+    backward_last: float = 0.0  # the backward's transient on the last stage
+    backward_rest: float = 0.0
+    tokens: int = 0
+
+    def micro_batch(self, blocks: float, first: bool, last: bool, tp_factor: float = 1.0) -> float:
+        """What a micro-batch keeps per token on a stage of `blocks` blocks; tp_factor: what tensor parallelism
+        leaves of a block's (the embedding's and the head's outputs are not split)."""
+        return blocks * self.block * tp_factor + (self.pre if first else 0.0) + (self.post if last else 0.0)
+
+
+def schedule(pp: int, stage: int, micro_batches: int, kind: str) -> list[str]:
+    """A stage's forwards ("F") and backwards ("B") in order: GPipe's all forwards first; 1F1B's pp - stage - 1
+    warm-up forwards, then a forward and a backward, then the rest of the backwards (torch.distributed.pipelining's
+    Schedule1F1B); without a pipeline, each micro-batch's forward and backward in turn."""
+    m = max(int(micro_batches), 1)
+    if pp <= 1:
+        return ["F", "B"] * m
+    if kind == "gpipe":
+        return ["F"] * m + ["B"] * m
+    warm = min(pp - stage - 1, m)
+    return ["F"] * warm + ["F", "B"] * (m - warm) + ["B"] * warm
+
+
+def stage_peak(ops: list[str], kept_bytes: float, forward_top: float, backward_top: float, grads: float) -> float:
+    """The largest of a stage's activations, transients and gradients over its schedule (module docstring):
+    kept_bytes a micro-batch keeps, forward_top / backward_top the transients on top, grads the stage's gradients."""
+    live, held, best = 0, 0.0, 0.0
+    for op in ops:
+        if op == "F":
+            live += 1
+            best = max(best, live * kept_bytes + forward_top + held)
+            continue
+        top = backward_top
+        best = max(best, live * kept_bytes + top + held)
+        if not held:  # the first backward: its micro-batch's bytes freed as the gradients fill
+            best = max(best, (live - 1) * kept_bytes + grads + top)
+        live = max(live - 1, 0)
+        held = grads
+    return best
+
+
+def kept(run, g, facts: OpFacts, tokens: int, devices: list, stages: dict, pp: int, cache: dict) -> Kept | None:
+    """The job's Kept (module docstring); devices: (rank, device type, device id) of the ranks whose peaks are
+    judged; stages: rank -> its pipeline stage of pp (none without a pipeline). A block's bytes are the median of
+    the ranks', the embedding's the first stage's largest, the head's and the transients the last stage's (and the
+    others' apart). None where no rank shows a repeated block keeping activations."""
+    if tokens <= 0 or not facts.blocks:
+        return None
+    blocks = _memory_analysis(run, cache, "memory_blocks")
+    blocks = blocks[blocks.category.isin(WORKING)]
+    got = {}
+    for r, dt, di in devices:
+        mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
+        x = _rank_kept(g, facts, r, mine)
+        if x is not None:
+            got[r] = np.array(x) / tokens
+    if not got:
+        return None
+    last = {r for r in got if stages.get(r, pp - 1) == pp - 1}
+    first = {r for r in got if stages.get(r, 0) == 0}
+
+    def most(ranks, i):
+        return max((float(got[r][i]) for r in ranks), default=0.0)
+
+    rest = set(got) - last
+    return Kept(float(np.median([x[0] for x in got.values()])), most(first, 1), most(last, 2),
+                forward_last=most(last, 3), forward_rest=most(rest, 3), backward_last=most(last, 4),
+                # no other stage: the backward's transient is every stage's, the forward's (the loss) the last's
+                backward_rest=most(rest, 4) if rest else most(last, 4), tokens=tokens)
+
+
+# the categories a micro-batch's forward and backward allocate (what they keep and their transients); gradients,
+# parameters and optimizer state are the stage's state
+WORKING = ("activations", "other", "communication_buffers")
+
+
+def _phase_at(g, facts: OpFacts, rank: int, ts: np.ndarray) -> np.ndarray:
+    """The phase (memory.FORWARD, BACKWARD, ...) of the rank's top-level operator holding each time; 0 outside."""
+    nodes = np.flatnonzero((g.rank == rank) & (g.kind == _graph.K["cpu"]))
+    nodes = nodes[np.argsort(g.start_ns[nodes], kind="stable")]
+    at = np.searchsorted(g.start_ns[nodes], ts, side="right") - 1
+    ok = at >= 0
+    ok[ok] &= ts[ok] < (g.start_ns[nodes] + g.dur_ns[nodes])[at[ok]]
+    phase = np.zeros(len(ts), np.int8)
+    phase[ok] = facts.phase[nodes[at[ok]]]
+    return phase
+
+
+def _most_live(ts: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> float:
+    """The most bytes live at once of blocks allocated at ts and ended at end (inf: never)."""
+    if not len(ts):
+        return 0.0
+    t = np.concatenate([ts.astype(np.float64), end])
+    d = np.concatenate([nbytes, -nbytes])
+    order = np.lexsort((d, t))  # a free before an allocation at the same time
+    return float(np.cumsum(d[order]).max(initial=0.0))
+
+
+def _spans(g, facts: OpFacts, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the rank's forward blocks over all its steps (memory._forward_blocks)."""
+    spans = [x for step in _forward_blocks(g, facts, rank) for x in step]
+    return np.array([a for a, _ in spans], np.int64), np.array([b for _, b in spans], np.int64)
+
+
+def _alloc_phase(g, facts: OpFacts, rank: int, ts: np.ndarray, starts: np.ndarray, bwd_starts: np.ndarray):
+    """The phase of each allocation at ts: its top-level operator's (_phase_at), and the backward's between two
+    backward nodes with no forward block starting in between (a checkpoint's recompute that a tensor subclass runs
+    outside the nodes)."""
+    phase = _phase_at(g, facts, rank, ts)
+    nb = np.searchsorted(bwd_starts, ts, side="right")
+    inside = (nb > 0) & (nb < len(bwd_starts))
+    lo = np.searchsorted(starts, bwd_starts[np.clip(nb - 1, 0, None)], side="left")
+    hi = np.searchsorted(starts, bwd_starts[np.clip(nb, 0, max(len(bwd_starts) - 1, 0))], side="left")
+    phase[(phase == FORWARD) & inside & (lo == hi)] = BACKWARD
+    return phase
+
+
+def backward_activations(g, facts: OpFacts, rank: int, blocks: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """Bytes of the rank's activation blocks (memory_blocks' rows of one device) allocated in the backward (a
+    checkpoint's recompute) live at each of times."""
+    act = blocks[blocks.category == "activations"]
+    if not len(act) or not len(times):
+        return np.zeros(len(times))
+    starts, _ = _spans(g, facts, rank)
+    bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+    ts = act.alloc_ts_ns.to_numpy(np.int64)
+    mine = _alloc_phase(g, facts, rank, ts, starts, bwd_starts) == BACKWARD
+    born_at, nbytes = ts[mine].astype(np.float64), act.bytes.to_numpy(np.float64)[mine]
+    end = act.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)[mine]
+    b, d = np.argsort(born_at, kind="stable"), np.argsort(end, kind="stable")
+    born = np.concatenate([[0.0], np.cumsum(nbytes[b])])
+    died = np.concatenate([[0.0], np.cumsum(nbytes[d])])
+    t = np.asarray(times, np.float64)
+    return born[np.searchsorted(born_at[b], t, side="right")] - died[np.searchsorted(end[d], t, side="right")]
+
+
+def _rank_kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame):
+    """(block, pre, post, forward transient, backward transient) bytes of one micro-batch on `rank` (module
+    docstring), or None where the forward shows no repeated block."""
+    starts, ends = _spans(g, facts, rank)
+    if not len(starts) or not len(blocks):
+        return None
+    spans = list(zip(starts, ends))
+    ts = blocks.alloc_ts_ns.to_numpy(np.int64)
+    end = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
+    nbytes = blocks.bytes.to_numpy(np.float64)
+    bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+    nb = np.searchsorted(bwd_starts, ts, side="right")
+    phase = _alloc_phase(g, facts, rank, ts, starts, bwd_starts)
+    # kept for the backward: a forward allocation still live when the next backward of its step starts
+    steps = g.steps[g.steps["rank"] == rank].sort_values("ts_ns")
+    step_end = steps.end_ns.to_numpy(np.int64)[np.clip(np.searchsorted(steps.ts_ns.to_numpy(np.int64), ts,
+                                                                        side="right") - 1, 0, None)]
+    fwd = (phase == FORWARD) & (nb < len(bwd_starts))
+    fwd[fwd] &= bwd_starts[nb[fwd]] < step_end[fwd]
+    keeps = fwd.copy()
+    keeps[keeps] &= end[keeps] > bwd_starts[nb[keeps]]
+    span = np.searchsorted(starts, ts, side="right") - 1  # the last block that started before
+    in_block = keeps & (span >= 0) & (ts < ends[np.clip(span, 0, None)])
+    if not in_block.any():
+        return None
+    block = float(np.median(np.bincount(span[in_block], weights=nbytes[in_block], minlength=len(spans))))
+    # around the blocks: an allocation between two blocks goes with the nearer
+    out = keeps & ~in_block
+    nxt = span + 1
+    gap_prev = np.where(span >= 0, ts - ends[np.clip(span, 0, None)], np.inf)
+    gap_next = np.where(nxt < len(spans), starts[np.clip(nxt, 0, len(spans) - 1)] - ts, np.inf)
+    is_pre = out & (gap_next < gap_prev)
+    is_post = out & ~is_pre
+    pre = _median_per(nxt[is_pre], nbytes[is_pre])
+    post = _median_per(span[is_post], nbytes[is_post])
+    # the transients: what the forward allocates and frees before the backward, what the backward allocates
+    tmp = fwd & ~keeps
+    bwd = phase == BACKWARD
+    return (block, pre, post, _most_live(ts[tmp], end[tmp], nbytes[tmp]), _most_live(ts[bwd], end[bwd], nbytes[bwd]))
+def _median_per(key: np.ndarray, nbytes: np.ndarray) -> float:
+    """The median over the keys (the block a micro-batch's pre or post goes with) of their bytes; 0 without any."""
+    if not len(key):
+        return 0.0
+    _, inv = np.unique(key, return_inverse=True)
+    return float(np.median(np.bincount(inv, weights=nbytes)))

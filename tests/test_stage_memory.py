@@ -1,0 +1,83 @@
+"""A pipeline stage's memory over its micro-batch schedule (replay/activations.py): the schedules, the walk over
+them with exact bytes, and a re-layout's peak between a run without a pipeline and one with, both recorded."""
+from __future__ import annotations
+
+import pytest
+
+import tracekit
+from replay.activations import schedule, stage_peak
+from replay.scenario import scenario_from_dict
+from replay.whatif import whatif
+
+
+def test_the_schedules_run_each_micro_batch_forward_then_backward():
+    assert schedule(1, 0, 1, "gpipe") == ["F", "B"]
+    assert schedule(1, 0, 2, "1f1b") == ["F", "B", "F", "B"]  # gradient accumulation
+    assert schedule(2, 0, 4, "gpipe") == ["F"] * 4 + ["B"] * 4
+    # 1F1B: pp - stage - 1 warm-up forwards, then a forward and a backward each
+    assert schedule(2, 0, 4, "1f1b") == ["F", "F", "B", "F", "B", "F", "B", "B"]
+    assert schedule(2, 1, 4, "1f1b") == ["F", "B"] * 4
+    assert schedule(4, 0, 2, "1f1b") == ["F", "F", "B", "B"]  # fewer micro-batches than the warm-up wants
+    for pp, m, kind in ((2, 4, "gpipe"), (4, 8, "1f1b"), (3, 2, "1f1b")):
+        for s in range(pp):
+            ops = schedule(pp, s, m, kind)
+            assert ops.count("F") == ops.count("B") == m
+            live = 0
+            for op in ops:  # a micro-batch's backward never comes before its forward
+                live += 1 if op == "F" else -1
+                assert live >= 0
+
+
+def test_a_stage_peaks_where_its_kept_micro_batches_and_gradients_add_up():
+    # a micro-batch keeps 10 bytes, the forward's transient 1, the backward's 2, the stage's gradients 5
+    # GPipe, 2 micro-batches: F 11, F 21; the first B 22 at its start (20 + 2) and 17 at its end (10 + 5 + 2);
+    # the second B 17
+    assert stage_peak(["F", "F", "B", "B"], 10, 1, 2, 5) == 22
+    # 1F1B's first stage of 2 with 3 micro-batches: F F B F B B; the forward after the first backward holds two
+    # micro-batches and the gradients: 20 + 1 + 5 = 26, the backward after it 20 + 2 + 5 = 27
+    assert stage_peak(schedule(2, 0, 3, "1f1b"), 10, 1, 2, 5) == 27
+    # the last stage's one in flight at a time: F 11, B 12 / 7, F 16, B 17, F 16, B 17
+    assert stage_peak(schedule(2, 1, 3, "1f1b"), 10, 1, 2, 5) == 17
+    # gradients larger than a micro-batch: the first backward's end is the peak
+    assert stage_peak(["F", "B"], 10, 0, 0, 50) == 50
+    # more micro-batches in flight never hold less
+    assert stage_peak(schedule(2, 0, 4, "gpipe"), 10, 1, 2, 5) >= stage_peak(schedule(2, 0, 4, "1f1b"), 10, 1, 2, 5)
+
+
+@pytest.fixture(scope="module")
+def pipeline_pair(tmp_path_factory):
+    """The small transformer recorded with [memory] events on 2 ranks as DDP and as a GPipe pipeline (4
+    micro-batches), at the same global batch."""
+    pytest.importorskip("torch")
+    from tracekit.capture import layouts
+
+    base = tmp_path_factory.mktemp("stage_memory")
+    out = {}
+    for layout in ("ddp", "pp_gpipe"):
+        cfg = layouts.LayoutConfig(out_dir=str(base / layout), layout=layout, ranks=2, steps=4, warmup=2,
+                                   timed_steps=1, profile_memory=True, layers=4, batch_size=8)
+        layouts.run(cfg)
+        out[layout] = tracekit.open(cfg.out_dir, store=str(base / f"{layout}.store"))
+    yield out
+    for r in out.values():
+        r.close()
+
+
+PAR = {"ddp": {"dp": 2, "tp": 1, "pp": 1, "micro_batches": 1, "sharding": "none"},
+       "pp_gpipe": {"dp": 1, "tp": 1, "pp": 2, "micro_batches": 4, "schedule": "gpipe", "sharding": "none"}}
+
+
+@pytest.mark.slow  # two real 2-rank gloo training jobs
+@pytest.mark.parametrize("src,dst", [("ddp", "pp_gpipe"), ("pp_gpipe", "ddp")])
+def test_a_pipelines_peak_from_a_run_without_one_and_back(pipeline_pair, src, dst):
+    # DDP holds one micro-batch of the whole model and peaks at the loss; a GPipe stage holds 4 micro-batches of
+    # half the blocks, the last with the head, and its gradients from the first backward on (before the schedule
+    # walk: the run's own curve re-sized, 12-45% off)
+    t = whatif(pipeline_pair[src], [scenario_from_dict({"name": "x", "parallelism": PAR[dst]}, "x")])
+    t = t.set_index("scenario")
+    measured = whatif(pipeline_pair[dst], []).iloc[0].measured_peak_alloc_bytes
+    assert abs(t.loc["x", "predicted_peak_alloc_bytes"] / measured - 1) <= 0.10
+    # the run's own layout, asked for, is its measured peak
+    same = whatif(pipeline_pair[src], [scenario_from_dict({"name": "y", "parallelism": PAR[src]}, "y")])
+    same = same.set_index("scenario")
+    assert same.loc["y", "predicted_peak_alloc_bytes"] == same.loc["measured", "measured_peak_alloc_bytes"]
