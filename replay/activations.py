@@ -76,10 +76,9 @@ def stage_peak(ops: list[str], kept_bytes: float, forward_top: float, backward_t
             live += 1
             best = max(best, live * kept_bytes + forward_top + held)
             continue
-        top = backward_top
-        best = max(best, live * kept_bytes + top + held)
+        best = max(best, live * kept_bytes + backward_top + held)
         if not held:  # the first backward: its micro-batch's bytes freed as the gradients fill
-            best = max(best, (live - 1) * kept_bytes + grads + top)
+            best = max(best, (live - 1) * kept_bytes + grads + backward_top)
         live = max(live - 1, 0)
         held = grads
     return best
@@ -161,23 +160,39 @@ def _alloc_phase(g, facts: OpFacts, rank: int, ts: np.ndarray, starts: np.ndarra
     return phase
 
 
-def backward_activations(g, facts: OpFacts, rank: int, blocks: pd.DataFrame, times: np.ndarray) -> np.ndarray:
-    """Bytes of the rank's activation blocks (memory_blocks' rows of one device) allocated in the backward (a
-    checkpoint's recompute) live at each of times."""
+def unkept_activations(g, facts: OpFacts, rank: int, blocks: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """Bytes of the rank's activation blocks (memory_blocks' rows of one device) that the forward does not keep for
+    the backward -- the forward's temporaries and what the backward allocates (a checkpoint's recompute) -- live at
+    each of times."""
     act = blocks[blocks.category == "activations"]
     if not len(act) or not len(times):
         return np.zeros(len(times))
     starts, _ = _spans(g, facts, rank)
     bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
     ts = act.alloc_ts_ns.to_numpy(np.int64)
-    mine = _alloc_phase(g, facts, rank, ts, starts, bwd_starts) == BACKWARD
-    born_at, nbytes = ts[mine].astype(np.float64), act.bytes.to_numpy(np.float64)[mine]
-    end = act.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)[mine]
+    end = act.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
+    phase = _alloc_phase(g, facts, rank, ts, starts, bwd_starts)
+    mine = ~_keeps(g, rank, ts, end, phase, bwd_starts)[1]
+    born_at, nbytes, end = ts[mine].astype(np.float64), act.bytes.to_numpy(np.float64)[mine], end[mine]
     b, d = np.argsort(born_at, kind="stable"), np.argsort(end, kind="stable")
     born = np.concatenate([[0.0], np.cumsum(nbytes[b])])
     died = np.concatenate([[0.0], np.cumsum(nbytes[d])])
     t = np.asarray(times, np.float64)
     return born[np.searchsorted(born_at[b], t, side="right")] - died[np.searchsorted(end[d], t, side="right")]
+
+
+def _keeps(g, rank: int, ts: np.ndarray, end: np.ndarray, phase: np.ndarray, bwd_starts: np.ndarray):
+    """(a forward allocation its step's backward follows, one of those still live when that backward starts: kept
+    for it) per allocation at ts ending at end."""
+    steps = g.steps[g.steps["rank"] == rank].sort_values("ts_ns")
+    step_end = steps.end_ns.to_numpy(np.int64)[np.clip(np.searchsorted(steps.ts_ns.to_numpy(np.int64), ts,
+                                                                        side="right") - 1, 0, None)]
+    nb = np.searchsorted(bwd_starts, ts, side="right")
+    fwd = (phase == FORWARD) & (nb < len(bwd_starts))
+    fwd[fwd] &= bwd_starts[nb[fwd]] < step_end[fwd]
+    keeps = fwd.copy()
+    keeps[keeps] &= end[keeps] > bwd_starts[nb[keeps]]
+    return fwd, keeps
 
 
 def _rank_kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame):
@@ -191,16 +206,9 @@ def _rank_kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame):
     end = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
     nbytes = blocks.bytes.to_numpy(np.float64)
     bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
-    nb = np.searchsorted(bwd_starts, ts, side="right")
     phase = _alloc_phase(g, facts, rank, ts, starts, bwd_starts)
     # kept for the backward: a forward allocation still live when the next backward of its step starts
-    steps = g.steps[g.steps["rank"] == rank].sort_values("ts_ns")
-    step_end = steps.end_ns.to_numpy(np.int64)[np.clip(np.searchsorted(steps.ts_ns.to_numpy(np.int64), ts,
-                                                                        side="right") - 1, 0, None)]
-    fwd = (phase == FORWARD) & (nb < len(bwd_starts))
-    fwd[fwd] &= bwd_starts[nb[fwd]] < step_end[fwd]
-    keeps = fwd.copy()
-    keeps[keeps] &= end[keeps] > bwd_starts[nb[keeps]]
+    fwd, keeps = _keeps(g, rank, ts, end, phase, bwd_starts)
     span = np.searchsorted(starts, ts, side="right") - 1  # the last block that started before
     in_block = keeps & (span >= 0) & (ts < ends[np.clip(span, 0, None)])
     if not in_block.any():

@@ -462,14 +462,18 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
 
 def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict):
     """(what a micro-batch keeps per token (replay/activations.py), from the ranks whose peaks are judged; per such
-    (rank, device type, device id), the bytes of activations its backward allocated live after each of its [memory]
-    events (_category_series' times)); (None, {}) without [memory] events."""
-    from .activations import backward_activations, kept
+    (rank, device type, device id), the bytes of activations the forward does not keep for the backward (its
+    temporaries, a checkpoint's recompute) live after each of its [memory] events (_category_series' times)); (None,
+    {}) without [memory] events. Kept in facts.analyses: it is the run's.
+    """
+    from .activations import kept, unkept_activations
     from .memory import _memory_analysis, has_memory_events, peak_devices
 
+    cache = facts.analyses
+    if "_micro_batch_memory" in cache:  # the run's own: one what-if's scenarios share it
+        return cache["_micro_batch_memory"]
     if not has_memory_events(run):
         return None, {}
-    cache = facts.analyses
     top = peak_devices(run, cache)
     mine = list(zip(top["rank"].astype(int), top.device_type.astype(int), top.device_id.astype(int)))
     series = _category_series(run, cache)
@@ -478,8 +482,9 @@ def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict)
     for r, dt, di in mine:
         if (r, dt, di) in series:
             own = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
-            bwd[(r, dt, di)] = backward_activations(g, facts, r, own, series[(r, dt, di)].index.to_numpy())
-    return kept(run, g, facts, int(st.tokens), mine, stages, src.pp, cache), bwd
+            bwd[(r, dt, di)] = unkept_activations(g, facts, r, own, series[(r, dt, di)].index.to_numpy())
+    out = cache["_micro_batch_memory"] = (kept(run, g, facts, int(st.tokens), mine, stages, src.pp, cache), bwd)
+    return out
 
 
 # Korthikanti et al. 2022 ("Reducing Activation Recomputation"): of a transformer layer's 34 s.b.h activation bytes
@@ -644,13 +649,13 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         own = (kp.micro_batch(blocks_src, stage_src == 0, stage_src == src.pp - 1) * w.tokens
                * _in_flight(src, stage_src) if kp is not None else 0.0)
         best = 0.0
-        # what the backward allocates again (a checkpoint's recompute) follows the tokens and the split of a block
-        redo = plan.backward_act.get((int(r), int(dt), int(di)), np.zeros(len(cat)))
+        # what the forward does not keep (its temporaries, a checkpoint's recompute) follows the tokens and the split
+        unkept = plan.unkept_act.get((int(r), int(dt), int(di)), np.zeros(len(cat)))
         for s in range(new.pp):
             if own > 0:
-                act = ((act_src - redo) * (kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, s == new.pp - 1, tp_f)
+                act = ((act_src - unkept) * (kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, s == new.pp - 1, tp_f)
                                            * tokens * _in_flight(new, s)) / own
-                       + redo * tokens / w.tokens * tp_f)
+                       + unkept * tokens / w.tokens * tp_f)
             else:
                 act = (act_src * (tokens / w.tokens) * tp_f * _in_flight(new, s) / _in_flight(src, stage_src)
                        * (bounds[s + 1] - bounds[s]) / blocks_src)
@@ -670,5 +675,6 @@ class Plan:
     batch_scale: float = 1.0
     kept: "Kept | None" = None  # what a micro-batch's forward keeps per token (replay/activations.py)
     stages: dict = field(default_factory=dict)  # the run's rank -> its pipeline stage (none without a pipeline)
-    # (rank, device type, device id) -> its backward's own activations (a checkpoint's recompute) after each event
-    backward_act: dict = field(default_factory=dict)
+    # (rank, device type, device id) -> the activations its forward does not keep (its temporaries, a checkpoint's
+    # recompute) after each event
+    unkept_act: dict = field(default_factory=dict)
