@@ -456,8 +456,15 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     notes = notes_for(src, new, st, w, parts, base, costs) + [f"the run's layout from its traces: {e}"
                                                               for e in tl.evidence]
     stages = {int(r): i for grp in tl.groups.get("pp", []) for i, r in enumerate(grp)}
-    kp, bwd = _micro_batch_memory(run, g, facts, st, src, stages)
-    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, bwd)
+    kp, unkept = _micro_batch_memory(run, g, facts, st, src, stages)
+    if kp is not None:
+        how = ("the run's own memory curve re-sized" if _same_schedule(src, new) else
+               f"each stage's {new.schedule if new.pp > 1 else 'micro-batch'} schedule walked, its gradients held "
+               "from the first backward on")
+        notes.append(f"peak memory: a micro-batch keeps {kp.block:.0f} B a token a block, {kp.pre:.0f} before the "
+                     f"blocks, {kp.post:.0f} after them (the run's [memory] events; tensor parallelism splits a "
+                     f"block's only); {how} (replay/activations.py)")
+    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept)
 
 
 def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict):
@@ -478,12 +485,12 @@ def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict)
     mine = list(zip(top["rank"].astype(int), top.device_type.astype(int), top.device_id.astype(int)))
     series = _category_series(run, cache)
     blocks = _memory_analysis(run, cache, "memory_blocks")
-    bwd = {}
+    unkept = {}
     for r, dt, di in mine:
         if (r, dt, di) in series:
             own = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
-            bwd[(r, dt, di)] = unkept_activations(g, facts, r, own, series[(r, dt, di)].index.to_numpy())
-    out = cache["_micro_batch_memory"] = (kept(run, g, facts, int(st.tokens), mine, stages, src.pp, cache), bwd)
+            unkept[(r, dt, di)] = unkept_activations(g, facts, r, own, series[(r, dt, di)].index.to_numpy())
+    out = cache["_micro_batch_memory"] = (kept(run, g, facts, int(st.tokens), mine, stages, src.pp, cache), unkept)
     return out
 
 
@@ -598,8 +605,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     the run: an FSDP run in its backward, where its gathered parameters and gradients add up, DDP at the loss) --
     activations by what a stage keeps over what the rank keeps (replay/activations.py: its blocks, the embedding's
     output on the first stage, the head's on the last, the micro-batches in flight, _in_flight; tensor parallelism's
-    split of a block's, _tp_activations), what the backward allocates again (a checkpoint's recompute) by the tokens
-    and the split; other (the temporaries) by the tokens, as the memory what-ifs take it; communication buffers as
+    split of a block's, _tp_activations), what the forward does not keep for the backward (its temporaries, a
+    checkpoint's recompute) by the tokens and the split; other (the temporaries) by the tokens, as the memory what-ifs take it; communication buffers as
     measured where the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or
     micro-batch count), each new stage's schedule walked (activations.stage_peak) on the rank's largest state and
     gradients: the run's own curve holds its own micro-batches in its own order."""
