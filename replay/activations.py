@@ -84,23 +84,27 @@ def stage_peak(ops: list[str], kept_bytes: float, forward_top: float, backward_t
     return best
 
 
-def kept(run, g, facts: OpFacts, tokens: int, devices: list, stages: dict, pp: int, cache: dict) -> Kept | None:
-    """The job's Kept (module docstring); devices: (rank, device type, device id) of the ranks whose peaks are
-    judged; stages: rank -> its pipeline stage of pp (none without a pipeline). A block's bytes are the median of
-    the ranks', the embedding's the first stage's largest, the head's and the transients the last stage's (and the
-    others' apart). None where no rank shows a repeated block keeping activations."""
-    if tokens <= 0 or not facts.blocks:
-        return None
+def measure(run, g, facts: OpFacts, tokens: int, devices: dict, stages: dict, pp: int,
+            cache: dict) -> tuple[Kept | None, dict]:
+    """(the job's Kept, module docstring; per device, the bytes of its activations the forward does not keep for the
+    backward -- the forward's temporaries and what the backward allocates, a checkpoint's recompute -- live at each
+    of its times). devices: (rank, device type, device id) of the ranks whose peaks are judged -> the times (their
+    [memory] events'); stages: rank -> its pipeline stage of pp (none without a pipeline). A block's bytes are the
+    median of the ranks', the embedding's the first stage's largest, the head's and the transients the last stage's
+    (and the others' apart). Kept is None where no rank shows a repeated block keeping activations. Each rank's
+    allocations are placed once (_Placed) for both."""
     blocks = _memory_analysis(run, cache, "memory_blocks")
     blocks = blocks[blocks.category.isin(WORKING)]
-    got = {}
-    for r, dt, di in devices:
+    got, unkept = {}, {}
+    for (r, dt, di), times in devices.items():
         mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
-        x = _rank_kept(g, facts, r, mine)
+        placed = _Placed.of(g, facts, r, mine)
+        unkept[(r, dt, di)] = placed.unkept_activations(times)
+        x = placed.kept() if tokens > 0 and facts.blocks else None
         if x is not None:
             got[r] = np.array(x) / tokens
     if not got:
-        return None
+        return None, unkept
     last = {r for r in got if stages.get(r, pp - 1) == pp - 1}
     first = {r for r in got if stages.get(r, 0) == 0}
 
@@ -111,7 +115,7 @@ def kept(run, g, facts: OpFacts, tokens: int, devices: list, stages: dict, pp: i
     return Kept(float(np.median([x[0] for x in got.values()])), most(first, 1), most(last, 2),
                 forward_last=most(last, 3), forward_rest=most(rest, 3), backward_last=most(last, 4),
                 # no other stage: the backward's transient is every stage's, the forward's (the loss) the last's
-                backward_rest=most(rest, 4) if rest else most(last, 4), tokens=tokens)
+                backward_rest=most(rest, 4) if rest else most(last, 4), tokens=tokens), unkept
 
 
 # the categories a micro-batch's forward and backward allocate (what they keep and their transients); gradients,
@@ -141,92 +145,83 @@ def _most_live(ts: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> float:
     return float(np.cumsum(d[order]).max(initial=0.0))
 
 
-def _spans(g, facts: OpFacts, rank: int) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the rank's forward blocks over all its steps (memory._forward_blocks)."""
-    spans = [x for step in _forward_blocks(g, facts, rank) for x in step]
-    return np.array([a for a, _ in spans], np.int64), np.array([b for _, b in spans], np.int64)
+@dataclass
+class _Placed:
+    """One rank's allocations (memory_blocks' rows of one device, WORKING categories) placed against its forward
+    blocks and its backward: each one's phase (its top-level operator's, and the backward's between two backward
+    nodes with no forward block starting in between: a checkpoint's recompute that a tensor subclass runs outside
+    the nodes), whether its step's backward follows it in the forward (fwd) and whether it is still live when that
+    backward starts (keeps: kept for it)."""
+    starts: np.ndarray  # the forward blocks' starts and ends (memory._forward_blocks), over all steps
+    ends: np.ndarray
+    ts: np.ndarray  # each allocation's time, end (inf: never), bytes and category
+    end: np.ndarray
+    nbytes: np.ndarray
+    category: np.ndarray
+    phase: np.ndarray
+    fwd: np.ndarray
+    keeps: np.ndarray
+
+    @classmethod
+    def of(cls, g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> "_Placed":
+        spans = [x for step in _forward_blocks(g, facts, rank) for x in step]
+        starts = np.array([a for a, _ in spans], np.int64)
+        ends = np.array([b for _, b in spans], np.int64)
+        ts = blocks.alloc_ts_ns.to_numpy(np.int64)
+        end = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
+        bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+        phase = _phase_at(g, facts, rank, ts)
+        nb = np.searchsorted(bwd_starts, ts, side="right")
+        if len(bwd_starts):
+            inside = (nb > 0) & (nb < len(bwd_starts))
+            lo = np.searchsorted(starts, bwd_starts[np.clip(nb - 1, 0, None)], side="left")
+            hi = np.searchsorted(starts, bwd_starts[np.clip(nb, 0, len(bwd_starts) - 1)], side="left")
+            phase[(phase == FORWARD) & inside & (lo == hi)] = BACKWARD
+        steps = g.steps[g.steps["rank"] == rank].sort_values("ts_ns")
+        step_end = steps.end_ns.to_numpy(np.int64)[np.clip(np.searchsorted(steps.ts_ns.to_numpy(np.int64), ts,
+                                                                            side="right") - 1, 0, None)]
+        fwd = (phase == FORWARD) & (nb < len(bwd_starts))
+        fwd[fwd] &= bwd_starts[nb[fwd]] < step_end[fwd]
+        keeps = fwd.copy()
+        keeps[keeps] &= end[keeps] > bwd_starts[nb[keeps]]
+        return cls(starts, ends, ts, end, blocks.bytes.to_numpy(np.float64), blocks.category.to_numpy(object), phase,
+                   fwd, keeps)
+
+    def unkept_activations(self, times: np.ndarray) -> np.ndarray:
+        """Bytes of activations not kept for the backward live at each of times."""
+        mine = (self.category == "activations") & ~self.keeps
+        born_at, nbytes, end = self.ts[mine].astype(np.float64), self.nbytes[mine], self.end[mine]
+        b, d = np.argsort(born_at, kind="stable"), np.argsort(end, kind="stable")
+        born = np.concatenate([[0.0], np.cumsum(nbytes[b])])
+        died = np.concatenate([[0.0], np.cumsum(nbytes[d])])
+        t = np.asarray(times, np.float64)
+        return born[np.searchsorted(born_at[b], t, side="right")] - died[np.searchsorted(end[d], t, side="right")]
+
+    def kept(self):
+        """(block, pre, post, forward transient, backward transient) bytes of one micro-batch (module docstring), or
+        None where the forward shows no repeated block keeping bytes."""
+        starts, ends, ts, nbytes = self.starts, self.ends, self.ts, self.nbytes
+        if not len(starts):
+            return None
+        span = np.searchsorted(starts, ts, side="right") - 1  # the last block that started before
+        in_block = self.keeps & (span >= 0) & (ts < ends[np.clip(span, 0, None)])
+        if not in_block.any():
+            return None
+        block = float(np.median(np.bincount(span[in_block], weights=nbytes[in_block], minlength=len(starts))))
+        # around the blocks: an allocation between two blocks goes with the nearer
+        out = self.keeps & ~in_block
+        nxt = span + 1
+        gap_prev = np.where(span >= 0, ts - ends[np.clip(span, 0, None)], np.inf)
+        gap_next = np.where(nxt < len(starts), starts[np.clip(nxt, 0, len(starts) - 1)] - ts, np.inf)
+        is_pre = out & (gap_next < gap_prev)
+        is_post = out & ~is_pre
+        # the transients: what the forward allocates and frees before the backward, what the backward allocates
+        tmp = self.fwd & ~self.keeps
+        bwd = self.phase == BACKWARD
+        return (block, _median_per(nxt[is_pre], nbytes[is_pre]), _median_per(span[is_post], nbytes[is_post]),
+                _most_live(ts[tmp], self.end[tmp], nbytes[tmp]), _most_live(ts[bwd], self.end[bwd], nbytes[bwd]))
 
 
-def _alloc_phase(g, facts: OpFacts, rank: int, ts: np.ndarray, starts: np.ndarray, bwd_starts: np.ndarray):
-    """The phase of each allocation at ts: its top-level operator's (_phase_at), and the backward's between two
-    backward nodes with no forward block starting in between (a checkpoint's recompute that a tensor subclass runs
-    outside the nodes)."""
-    phase = _phase_at(g, facts, rank, ts)
-    nb = np.searchsorted(bwd_starts, ts, side="right")
-    inside = (nb > 0) & (nb < len(bwd_starts))
-    lo = np.searchsorted(starts, bwd_starts[np.clip(nb - 1, 0, None)], side="left")
-    hi = np.searchsorted(starts, bwd_starts[np.clip(nb, 0, max(len(bwd_starts) - 1, 0))], side="left")
-    phase[(phase == FORWARD) & inside & (lo == hi)] = BACKWARD
-    return phase
-
-
-def unkept_activations(g, facts: OpFacts, rank: int, blocks: pd.DataFrame, times: np.ndarray) -> np.ndarray:
-    """Bytes of the rank's activation blocks (memory_blocks' rows of one device) that the forward does not keep for
-    the backward -- the forward's temporaries and what the backward allocates (a checkpoint's recompute) -- live at
-    each of times."""
-    act = blocks[blocks.category == "activations"]
-    if not len(act) or not len(times):
-        return np.zeros(len(times))
-    starts, _ = _spans(g, facts, rank)
-    bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
-    ts = act.alloc_ts_ns.to_numpy(np.int64)
-    end = act.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
-    phase = _alloc_phase(g, facts, rank, ts, starts, bwd_starts)
-    mine = ~_keeps(g, rank, ts, end, phase, bwd_starts)[1]
-    born_at, nbytes, end = ts[mine].astype(np.float64), act.bytes.to_numpy(np.float64)[mine], end[mine]
-    b, d = np.argsort(born_at, kind="stable"), np.argsort(end, kind="stable")
-    born = np.concatenate([[0.0], np.cumsum(nbytes[b])])
-    died = np.concatenate([[0.0], np.cumsum(nbytes[d])])
-    t = np.asarray(times, np.float64)
-    return born[np.searchsorted(born_at[b], t, side="right")] - died[np.searchsorted(end[d], t, side="right")]
-
-
-def _keeps(g, rank: int, ts: np.ndarray, end: np.ndarray, phase: np.ndarray, bwd_starts: np.ndarray):
-    """(a forward allocation its step's backward follows, one of those still live when that backward starts: kept
-    for it) per allocation at ts ending at end."""
-    steps = g.steps[g.steps["rank"] == rank].sort_values("ts_ns")
-    step_end = steps.end_ns.to_numpy(np.int64)[np.clip(np.searchsorted(steps.ts_ns.to_numpy(np.int64), ts,
-                                                                        side="right") - 1, 0, None)]
-    nb = np.searchsorted(bwd_starts, ts, side="right")
-    fwd = (phase == FORWARD) & (nb < len(bwd_starts))
-    fwd[fwd] &= bwd_starts[nb[fwd]] < step_end[fwd]
-    keeps = fwd.copy()
-    keeps[keeps] &= end[keeps] > bwd_starts[nb[keeps]]
-    return fwd, keeps
-
-
-def _rank_kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame):
-    """(block, pre, post, forward transient, backward transient) bytes of one micro-batch on `rank` (module
-    docstring), or None where the forward shows no repeated block."""
-    starts, ends = _spans(g, facts, rank)
-    if not len(starts) or not len(blocks):
-        return None
-    spans = list(zip(starts, ends))
-    ts = blocks.alloc_ts_ns.to_numpy(np.int64)
-    end = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
-    nbytes = blocks.bytes.to_numpy(np.float64)
-    bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
-    phase = _alloc_phase(g, facts, rank, ts, starts, bwd_starts)
-    # kept for the backward: a forward allocation still live when the next backward of its step starts
-    fwd, keeps = _keeps(g, rank, ts, end, phase, bwd_starts)
-    span = np.searchsorted(starts, ts, side="right") - 1  # the last block that started before
-    in_block = keeps & (span >= 0) & (ts < ends[np.clip(span, 0, None)])
-    if not in_block.any():
-        return None
-    block = float(np.median(np.bincount(span[in_block], weights=nbytes[in_block], minlength=len(spans))))
-    # around the blocks: an allocation between two blocks goes with the nearer
-    out = keeps & ~in_block
-    nxt = span + 1
-    gap_prev = np.where(span >= 0, ts - ends[np.clip(span, 0, None)], np.inf)
-    gap_next = np.where(nxt < len(spans), starts[np.clip(nxt, 0, len(spans) - 1)] - ts, np.inf)
-    is_pre = out & (gap_next < gap_prev)
-    is_post = out & ~is_pre
-    pre = _median_per(nxt[is_pre], nbytes[is_pre])
-    post = _median_per(span[is_post], nbytes[is_post])
-    # the transients: what the forward allocates and frees before the backward, what the backward allocates
-    tmp = fwd & ~keeps
-    bwd = phase == BACKWARD
-    return (block, pre, post, _most_live(ts[tmp], end[tmp], nbytes[tmp]), _most_live(ts[bwd], end[bwd], nbytes[bwd]))
 def _median_per(key: np.ndarray, nbytes: np.ndarray) -> float:
     """The median over the keys (the block a micro-batch's pre or post goes with) of their bytes; 0 without any."""
     if not len(key):

@@ -446,11 +446,12 @@ def _early_stops(run, g, facts: OpFacts) -> dict:
         ends = mine.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
         bwd = np.sort(g.start_ns[(g.rank == r) & (facts.phase == BACKWARD)])
         on_r = (g.rank == r) & (facts.block_ns > 0)
+        others = _interruptions(g, facts, int(r))
         colls = _token_colls(g, facts, int(r))
         st = g.steps[(g.steps["rank"] == r) & ~g.steps["is_last"].astype(bool)]
         total = 0
         for s0, s1 in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)):
-            for a, b in _runs(g, np.flatnonzero(on_r & (g.start_ns >= s0) & (g.start_ns < s1)), facts):
+            for a, b in _runs(g, np.flatnonzero(on_r & (g.start_ns >= s0) & (g.start_ns < s1)), facts, others):
                 i = np.searchsorted(bwd, b)
                 kept = np.sort(ts[(ts >= a) & (ts < b) & (ends > (bwd[i] if i < len(bwd) else np.inf))])
                 cut = int(kept[-2]) + 1 if len(kept) >= 2 else b  # the last kept but the block's output
@@ -632,9 +633,10 @@ def _forward_blocks(g, facts: OpFacts, rank: int) -> list[list[tuple[int, int]]]
     """Per step of the rank, the (start, end) of each forward block, in time order."""
     out = []
     st = g.steps[g.steps["rank"] == rank]
+    others = _interruptions(g, facts, rank)
     for s0, s1 in zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)):
         on = np.flatnonzero((g.rank == rank) & (facts.block_ns > 0) & (g.start_ns >= s0) & (g.start_ns < s1))
-        out.append(_runs(g, on[np.argsort(g.start_ns[on], kind="stable")], facts))
+        out.append(_runs(g, on[np.argsort(g.start_ns[on], kind="stable")], facts, others))
     return out
 
 
@@ -711,22 +713,23 @@ def _peak(ts: np.ndarray, total: np.ndarray, deltas: list) -> float:
     return float(max((base + change).max(), 0.0))
 
 
-def _runs(g, on: np.ndarray, facts: OpFacts) -> list[tuple[int, int]]:
+def _interruptions(g, facts: OpFacts, rank: int) -> np.ndarray:
+    """The start times, sorted, of the rank's forward operators outside every block: what ends a stretch of blocks
+    (_runs)."""
+    return np.sort(g.start_ns[(g.rank == rank) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD)
+                              & (facts.block_ns <= 0)])
+
+
+def _runs(g, on: np.ndarray, facts: OpFacts, others: np.ndarray) -> list[tuple[int, int]]:
     """(start, end) of each block in the forward: its period's consecutive block nodes (first pieces), counted within
-    each stretch of block nodes that no other forward operator interrupts (a pipeline's last stage runs its head,
-    loss and receive between micro-batches: a block does not run across them); a stretch's tail shorter than a
-    period less REPEAT_SLACK_OPS is no block."""
+    each stretch of block nodes that no other forward operator (others: _interruptions) interrupts (a pipeline's last
+    stage runs its head, loss and receive between micro-batches: a block does not run across them); a stretch's tail
+    shorter than a period less REPEAT_SLACK_OPS is no block."""
     if not len(on):
         return []
     _, first = np.unique(g.event_id[on], return_index=True)
     on = on[np.sort(first)]
-    r = int(g.rank[on[0]])
-    period = facts.blocks[r][0]
-    t0, t1 = g.start_ns[on[0]], g.start_ns[on[-1]]
-    fwd = np.flatnonzero((g.rank == r) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD)
-                         & (g.start_ns >= t0) & (g.start_ns <= t1) & (facts.block_ns <= 0))
-    # another forward operator between two consecutive block nodes ends a stretch
-    others = np.sort(g.start_ns[fwd])
+    period = facts.blocks[int(g.rank[on[0]])][0]
     starts = g.start_ns[on]
     cut = np.searchsorted(others, starts[1:], side="left") > np.searchsorted(others, starts[:-1], side="right")
     out = []

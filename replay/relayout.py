@@ -473,8 +473,8 @@ def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict)
     temporaries, a checkpoint's recompute) live after each of its [memory] events (_category_series' times)); (None,
     {}) without [memory] events. Kept in facts.analyses: it is the run's.
     """
-    from .activations import kept, unkept_activations
-    from .memory import _memory_analysis, has_memory_events, peak_devices
+    from .activations import measure
+    from .memory import has_memory_events, peak_devices
 
     cache = facts.analyses
     if "_micro_batch_memory" in cache:  # the run's own: one what-if's scenarios share it
@@ -482,15 +482,10 @@ def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict)
     if not has_memory_events(run):
         return None, {}
     top = peak_devices(run, cache)
-    mine = list(zip(top["rank"].astype(int), top.device_type.astype(int), top.device_id.astype(int)))
     series = _category_series(run, cache)
-    blocks = _memory_analysis(run, cache, "memory_blocks")
-    unkept = {}
-    for r, dt, di in mine:
-        if (r, dt, di) in series:
-            own = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
-            unkept[(r, dt, di)] = unkept_activations(g, facts, r, own, series[(r, dt, di)].index.to_numpy())
-    out = cache["_micro_batch_memory"] = (kept(run, g, facts, int(st.tokens), mine, stages, src.pp, cache), unkept)
+    devices = {k: series[k].index.to_numpy() for k in
+               zip(top["rank"].astype(int), top.device_type.astype(int), top.device_id.astype(int)) if k in series}
+    out = cache["_micro_batch_memory"] = measure(run, g, facts, int(st.tokens), devices, stages, src.pp, cache)
     return out
 
 
@@ -606,8 +601,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     activations by what a stage keeps over what the rank keeps (replay/activations.py: its blocks, the embedding's
     output on the first stage, the head's on the last, the micro-batches in flight, _in_flight; tensor parallelism's
     split of a block's, _tp_activations), what the forward does not keep for the backward (its temporaries, a
-    checkpoint's recompute) by the tokens and the split; other (the temporaries) by the tokens, as the memory what-ifs take it; communication buffers as
-    measured where the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or
+    checkpoint's recompute) by the tokens and the split; other (the temporaries) by the tokens, as the memory
+    what-ifs take it; communication buffers as measured where the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or
     micro-batch count), each new stage's schedule walked (activations.stage_peak) on the rank's largest state and
     gradients: the run's own curve holds its own micro-batches in its own order."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
@@ -630,9 +625,6 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         mine = st.ranks.get(int(r))
         blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
         stage_src = plan.stages.get(int(r), 0)
-        # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._scaling)
-        fixed = (cat.communication_buffers.to_numpy() * _comm_kept(src, new)
-                 + cat.other.to_numpy() * tokens / w.tokens)
         params = cat.parameters.to_numpy()
         state_params = np.minimum(params, _state_parameters(ms, r, dt, di))
         copies = np.zeros(len(cat))
@@ -655,6 +647,9 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         # first, the head's on the last, its micro-batches in flight) over what this rank keeps
         own = (kp.micro_batch(blocks_src, stage_src == 0, stage_src == src.pp - 1) * w.tokens
                * _in_flight(src, stage_src) if kp is not None else 0.0)
+        # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._scaling)
+        fixed = (cat.communication_buffers.to_numpy() * _comm_kept(src, new)
+                 + cat.other.to_numpy() * tokens / w.tokens)
         best = 0.0
         # what the forward does not keep (its temporaries, a checkpoint's recompute) follows the tokens and the split
         unkept = plan.unkept_act.get((int(r), int(dt), int(di)), np.zeros(len(cat)))
