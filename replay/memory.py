@@ -73,7 +73,7 @@ p_acc AS (
 p AS (
     SELECT rank, coalesce(p_opt.shapes, p_acc.shapes) AS shapes
     FROM p_acc FULL JOIN p_opt USING (rank))
-SELECT e.rank, e.tid, e.event_id, e.name, e.ts_ns, e.dur_ns, coalesce(e.sequence_number, -1) AS seq,
+SELECT e.rank, e.tid, e.event_id, e.cat, e.name, e.ts_ns, e.dur_ns, coalesce(e.sequence_number, -1) AS seq,
        coalesce(len(list_filter(CAST(json_transform(e.input_dims, '["JSON"]') AS VARCHAR[]),
                                 lambda t: json_array_length(t) >= 2
                                           AND NOT list_contains(coalesce(p.shapes, []), t))) > 0, false) AS act
@@ -95,13 +95,19 @@ class OpFacts:
     kernel_floor_ns: dict  # rank -> smallest compute kernel, ns (GPU ranks)
     coll_act: np.ndarray  # per collective row of g.colls: its tensors carry the tokens
     coll_recompute: np.ndarray  # per collective row: called inside a checkpoint recompute
-    recompute_spans: pd.DataFrame  # rank, tid, start, end of each recompute (outermost op)
+    # rank, tid, start, end of each recompute (outermost op); seq and fwd_ts: the sequence number of the backward
+    # node it runs in and when the forward ran that node's op (-1: not known)
+    recompute_spans: pd.DataFrame
     # the memory analyses the what-if reads (memory_blocks, memory_breakdown, the allocator's series), each read
     # once: _memory_analysis
     analyses: dict = field(default_factory=dict)
     # rank -> (period of the forward's blocks, what recomputing them takes, the backward's time, steps) over its
     # whole steps
     blocks: dict = field(default_factory=dict)
+    # per node: whether it is an operator held by another node's (the graph cut its parent into pieces around it),
+    # and the name of the operator it stands for in the forward's sequence (op_facts; _block_repeat)
+    nested: np.ndarray | None = None
+    op_name: np.ndarray | None = None
 
     @property
     def checkpointed(self) -> bool:
@@ -115,6 +121,8 @@ def op_facts(run, g) -> OpFacts:
     n = len(g.kind)
     phase = np.zeros(n, np.int8)
     act = np.zeros(n, bool)
+    nested = np.zeros(n, bool)
+    op_name = g.name.astype(object).copy()
     n_ops = np.ones(n, np.int64)
     recompute = np.zeros(n, np.int64)
     floor, kfloor = {}, {}
@@ -139,6 +147,26 @@ def op_facts(run, g) -> OpFacts:
         # the top-level node events of this thread, in time order, and which of them holds each event
         tops = np.unique(pos)
         tops = tops[np.argsort(ts[tops], kind="stable")]
+        # the operator each node event stands for in the forward's sequence (_block_repeat): the outermost event
+        # holding it on the thread (e is sorted by start, the longer first at a tie); a node inside another node is
+        # nested, and of the nodes inside an operator that has none of its own (a wait cut its start away) the
+        # first stands for it, with its name and whether it follows the tokens
+        oi = np.flatnonzero(e.cat.to_numpy(object) == "cpu_op")  # operators: not the step's or a module's ranges
+        ev_top = np.ones(len(oi), bool)
+        ev_top[1:] = ts[oi[1:]] >= np.maximum.accumulate(end[oi])[:-1]
+        outer_ev = oi[ev_top]
+        outer = np.arange(len(ts))
+        k = np.searchsorted(outer_ev, outer, side="right") - 1
+        ko = outer_ev[np.maximum(k, 0)]
+        held = (k >= 0) & ((ts < end[ko]) | (outer == ko))
+        outer[held] = ko[held]
+        outer_act = np.zeros(len(ts), bool)
+        np.logical_or.at(outer_act, outer, e.act.to_numpy(bool))
+        o = outer[tops]
+        stands = (o != tops) & ~np.isin(o, tops)
+        stands &= np.concatenate(([True], o[1:] != o[:-1]))  # the first node inside it
+        top_nested = (o != tops) & ~stands
+        top_name = np.where(stands, e.name.to_numpy(object)[o], e.name.to_numpy(object)[tops])
         at = np.searchsorted(ts[tops], ts, side="right") - 1
         inside = (at >= 0) & (ts < end[tops[np.maximum(at, 0)]])
         inside |= (at >= 0) & (ts == ts[tops[np.maximum(at, 0)]])
@@ -146,6 +174,7 @@ def op_facts(run, g) -> OpFacts:
         a = e.act.to_numpy(bool)
         any_act = np.zeros(len(tops), bool)
         np.logical_or.at(any_act, holder[holder >= 0], a[holder >= 0])
+        any_act |= stands & outer_act[o]
         count = np.bincount(holder[holder >= 0], minlength=len(tops))
         # checkpoint recompute: ops with an autograd sequence number nested in a backward node (not the node's own
         # autograd events), the outermost of them
@@ -173,9 +202,17 @@ def op_facts(run, g) -> OpFacts:
             if heavy[h]:
                 b0, b1 = first.get(h, (a0, a1))
                 first[h] = (min(a0, b0), max(a1, b1))
-        recompute_spans += [(int(rank), int(tid), int(a0), int(a1)) for a0, a1 in first.values()]
+        # the backward node each recompute runs in: its autograd node's sequence number, the forward op's
+        bseq = {}
+        for i in np.flatnonzero(holder >= 0):
+            h = holder[i]
+            if h in first and h not in bseq and seq[i] >= 0 and isinstance(nm[i], str) and "Backward" in nm[i]:
+                bseq[h] = int(seq[i])
+        recompute_spans += [(int(rank), int(tid), int(a0), int(a1), bseq.get(h, -1)) for h, (a0, a1) in first.items()]
         where_top = pd.Index(tops).get_indexer(pos)
         act[sel] = any_act[where_top]
+        nested[sel] = top_nested[where_top]
+        op_name[sel] = top_name[where_top]
         n_ops[sel] = count[where_top]
         recompute[sel] = rec[where_top]
         views = np.isin(nm, VIEW_OPS)
@@ -203,7 +240,12 @@ def op_facts(run, g) -> OpFacts:
             kfloor[int(r)] = float(np.min(g.dur_ns[comp & (g.rank == r)]))
     coll_act = np.zeros(len(g.colls), bool)
     coll_rec = np.zeros(len(g.colls), bool)
-    spans = pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end"])
+    spans = pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end", "seq"])
+    # where the forward ran the op whose backward node ran each recompute (-1: not known)
+    fwd = ev[(ev.seq >= 0) & ~ev.name.str.contains("Backward", regex=False, na=True)
+             & ~ev.name.str.startswith(("autograd::", "torch::autograd::"), na=True)]
+    first_ts = fwd.groupby(["rank", "seq"]).ts_ns.min()
+    spans["fwd_ts"] = [int(first_ts.get((r, q), -1)) if q >= 0 else -1 for r, q in zip(spans["rank"], spans.seq)]
     if len(g.colls):
         cols = g.colls[["present_ranks", "events", "arrivals", "callers"]].itertuples(index=False)
         for i, (ranks, evs, arrivals, callers) in enumerate(cols):
@@ -212,7 +254,8 @@ def op_facts(run, g) -> OpFacts:
                 for (r, _, tid), t in zip(callers, arrivals):
                     sp = spans[(spans["rank"] == r) & (spans.tid == tid)]
                     coll_rec[i] |= bool(((sp.start <= t) & (t < sp.end)).any())
-    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec, spans)
+    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec, spans,
+                    nested=nested, op_name=op_name)
     _blocks(g, facts)
     return facts
 
@@ -267,8 +310,7 @@ def _blocks(g, facts: OpFacts) -> None:
             seqs.append((s0, s1, last, idx[np.sort(first)]))
         # the period: searched on up to three whole steps (a first profiled step can differ), the one most of them
         # show; the other steps are covered at that period
-        tried = [_repeat(g.name[i].astype(str), np.where(facts.act[i], g.dur_ns[i], 0))
-                 for *_, last, i in [x for x in seqs if not x[2]][:3]]
+        tried = [_block_repeat(g, facts, i) for *_, last, i in [x for x in seqs if not x[2]][:3]]
         periods = [t[0] for t in tried if t is not None]
         if periods:
             seqs_of[int(r)] = seqs
@@ -282,11 +324,10 @@ def _blocks(g, facts: OpFacts) -> None:
         known = known_of[r]
         if known != smallest:
             whole = [i for *_, last, i in seqs if not last][:1]
-            if whole and _repeat(g.name[whole[0]].astype(str), np.where(facts.act[whole[0]], g.dur_ns[whole[0]], 0),
-                                 smallest) is not None:
+            if whole and _block_repeat(g, facts, whole[0], smallest) is not None:
                 known = smallest
         for s0, s1, last, idx in seqs:
-            found = _repeat(g.name[idx].astype(str), np.where(facts.act[idx], g.dur_ns[idx], 0), known)
+            found = _block_repeat(g, facts, idx, known)
             if found is None:
                 continue
             period, covered = found
@@ -303,6 +344,25 @@ def _blocks(g, facts: OpFacts) -> None:
             bwd = (g.rank == r) & (facts.phase == BACKWARD) & (g.start_ns >= s0) & (g.start_ns < s1)
             w, b, k = facts.blocks.get(int(r), (period, 0, 0, 0))[1:]
             facts.blocks[int(r)] = (period, w + wall, b + int(g.dur_ns[bwd].sum()), k + 1)
+
+
+def _block_repeat(g, facts: OpFacts, idx: np.ndarray, period: int | None = None):
+    """_repeat over the forward's operators idx (time order) that no other operator holds (OpFacts.nested):
+    (period, covered mask over idx), the period counted in those, and a nested operator inside a covered run
+    covered with it. The graph shows an operator nested in another as a node of its own where the thread's pieces
+    are cut inside its parent (a wait on a collective in flight), so which nested ones are nodes varies from one
+    copy of a block to the next: a 1F1B stage's second forward showed the `aten::view` inside a block's last linear,
+    its first did not, and the block was not found in it."""
+    sub = np.flatnonzero(~facts.nested[idx])
+    found = _repeat(facts.op_name[idx[sub]].astype(str), np.where(facts.act[idx[sub]], g.dur_ns[idx[sub]], 0), period)
+    if found is None:
+        return None
+    p, cov_sub = found
+    cov = np.zeros(len(idx), bool)
+    d = np.diff(np.concatenate(([0], cov_sub.view(np.int8), [0])))
+    for a, b in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1)):
+        cov[sub[a]:sub[b - 1] + 1] = True
+    return p, cov
 
 
 def _repeat(seq: np.ndarray, weight: np.ndarray, period: int | None = None):
@@ -562,7 +622,8 @@ def predict_peak(run, g, facts: OpFacts | None, sc, cache: dict | None = None) -
       but its output, is freed at the block's end and allocated again where the backward first frees any of it
       (the recompute just before its backward);
     - 'none' on a checkpointed run: what each recompute allocates and keeps is allocated in the forward instead,
-      at the start of its block (the recomputes, in the backward's order, are the forward's blocks reversed).
+      at the start of its block (the block whose op's backward node ran the recompute; where that is not known,
+      the recomputes in the backward's order are the forward's blocks reversed).
     The series keeps the measured times: the step's re-timing does not move the allocations. cache: where the memory
     analyses it reads are kept between calls (default: facts', else read afresh)."""
     cache = cache if cache is not None else (facts.analyses if facts is not None else {})
@@ -667,11 +728,12 @@ def _recomputed(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
 
 def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     """A checkpointed run without checkpointing: what each recompute allocates and keeps is held from the start of
-    its forward block on. What it keeps: what it allocates and is still live at its end, and the activations
-    (memory_blocks' category: the forward's operators under a backward node) allocated after its end and before the
-    next recompute starts: a recompute's span ends at its last operator with an autograd sequence number, and a
-    tensor subclass's operators (DTensor's redistributions, a tensor-parallel block's collectives and the operators
-    after them) have none."""
+    its forward block on (the block holding the forward op of the backward node the recompute ran in: a 1F1B
+    stage runs a micro-batch's backward between later ones' forwards). What it keeps: what it allocates and is
+    still live at its end, and the activations (memory_blocks' category: the forward's operators under a backward
+    node) allocated after its end and before the next recompute or forward operator starts: a recompute's span
+    ends at its last operator with an autograd sequence number, and a tensor subclass's operators (DTensor's
+    redistributions, a tensor-parallel block's collectives and the operators after them) have none."""
     out = []
     ts = blocks.alloc_ts_ns.to_numpy(np.int64)
     ends = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
@@ -680,14 +742,25 @@ def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     rec = rec[rec["rank"] == rank]
     st = g.steps[g.steps["rank"] == rank]
     fwd = _forward_blocks(g, facts, rank)
+    fwd_ops = np.sort(g.start_ns[(g.rank == rank) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD)
+                                 & ~facts.nested])  # not a recompute's collective call inside a backward node
     for (s0, s1), spans in zip(zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)), fwd):
         mine = rec[(rec.start >= s0) & (rec.start < s1)].sort_values("start")
         if not len(mine) or not spans:
             continue
         starts = mine.start.to_numpy(np.int64)
         upto = np.append(starts[1:], s1)
-        for j, (a, b) in enumerate(zip(starts, mine.end.to_numpy(np.int64))):
-            k = len(spans) - 1 - j  # the backward recomputes the last block first
+        # nor past the next forward operator (a 1F1B stage's next micro-batch's forward comes between recomputes)
+        nxt = np.searchsorted(fwd_ops, mine.end.to_numpy(np.int64), side="left")
+        upto = np.minimum(upto, np.where(nxt < len(fwd_ops), fwd_ops[np.minimum(nxt, len(fwd_ops) - 1)], s1))
+        block_starts = np.array([x for x, _ in spans], np.int64)
+        block_ends = np.array([y for _, y in spans], np.int64)
+        for j, (a, b, f) in enumerate(zip(starts, mine.end.to_numpy(np.int64), mine.fwd_ts.to_numpy(np.int64))):
+            # the block whose op's backward node ran the recompute (a 1F1B stage interleaves its micro-batches'
+            # forwards and backwards); else by order: the backward recomputes the last block first
+            k = np.searchsorted(block_starts, f, side="right") - 1 if f >= 0 else -1
+            if k < 0 or f >= block_ends[k]:
+                k = len(spans) - 1 - j
             start = spans[max(k, 0)][0]
             held = np.flatnonzero(((ts >= a) & (ts < b) & (ends > b)) | ((ts >= b) & (ts < upto[j]) & act))
             out += [(start, int(t), float(x)) for t, x in zip(ts[held], blocks.bytes.to_numpy()[held])]
@@ -734,6 +807,7 @@ def _runs(g, on: np.ndarray, facts: OpFacts, others: np.ndarray) -> list[tuple[i
     cut = np.searchsorted(others, starts[1:], side="left") > np.searchsorted(others, starts[:-1], side="right")
     out = []
     for part in np.split(on, np.flatnonzero(cut) + 1):
+        part = part[~facts.nested[part]]  # the period counts operators no other holds (_block_repeat)
         for i in range(0, len(part), period):
             p = part[i:i + period]
             if len(p) >= max(period - REPEAT_SLACK_OPS, 1):

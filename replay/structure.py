@@ -155,7 +155,8 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
         ops = blk[np.sort(first_piece)]
         cw, rw, sp = _split(names[ops])
         split[np.isin(g.event_id, g.event_id[ops[sp]]) & (g.rank == r)] = True
-        n_blocks = len(ops) / max(_period(facts, r), 1)
+        # the period counts the operators no other holds (memory._block_repeat)
+        n_blocks = int((~facts.nested[ops]).sum()) / max(_period(facts, r), 1)
         blocks_of[int(r)] = n_blocks
         if n_blocks >= 1 and not block_params:
             block_params = _weights(ev, int(r), g.event_id[ops], names[ops]) / n_blocks

@@ -2,6 +2,8 @@
 shows of its ops, the re-timed step, the predicted peak and whether it fits."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -59,6 +61,44 @@ def test_a_blocks_copies_may_differ_in_a_few_ops_the_graph_shows_by_their_timing
     noisy[1 + 24 + 2:1 + 24 + 5] = ["wrap", "view", "x"]  # three in a row: the last copy is not the block
     period, cov = memory._repeat(np.array(noisy), weight)
     assert period == len(block) and cov[1:1 + 3 * len(block)].all() and not cov[1 + 3 * len(block) + 3:].any()
+
+
+def _graph_of(names: list, nested: list):
+    """A thread's forward nodes in time order, 10 us apart and 8 us long, as memory._block_repeat and _runs read
+    them: (g, facts)."""
+    n = len(names)
+    g = SimpleNamespace(name=np.array(names, dtype=object), dur_ns=np.full(n, 8_000, np.int64),
+                        start_ns=np.arange(n, dtype=np.int64) * 10_000, event_id=np.arange(n, dtype=np.int64),
+                        rank=np.zeros(n, np.int64))
+    facts = SimpleNamespace(nested=np.array(nested, bool), act=np.ones(n, bool), blocks={},
+                            op_name=g.name.copy())
+    return g, facts
+
+
+def test_an_operator_nested_in_a_blocks_op_does_not_hide_the_block():
+    # the graph shows an operator inside another as a node of its own where a wait cuts its parent into pieces: a
+    # 1F1B stage's second forward showed the view inside a block's last linear, and that block was not found
+    block = ["norm", "q", "k", "v", "sdpa", "proj", "add", "norm2", "fc1", "gelu", "fc2", "add2"]
+    names = ["embed"] + block * 2 + block[:11] + ["view"] + block[11:] + block + ["head"]
+    nested = [False] * len(names)
+    nested[1 + 2 * len(block) + 11] = True
+    g, facts = _graph_of(names, nested)
+    # and in the last copy a wait cut away the start of the second norm: its first nested node stands for it
+    g.name[2 + 3 * len(block) + 7] = "aten::empty"
+    idx = np.arange(len(names))
+    period, cov = memory._block_repeat(g, facts, idx)
+    assert period == len(block) and cov[1:-1].all() and not cov[0] and not cov[-1]
+    # every node taken as an operator of its own: the copy holding the view is not found
+    flat = SimpleNamespace(nested=np.zeros(len(names), bool), act=facts.act, op_name=g.name)
+    p_flat, cov_flat = memory._block_repeat(g, flat, idx)
+    assert p_flat == len(block) and not cov_flat[1 + 2 * len(block):].all()
+    # the blocks in time, each its period's operators no other holds, the nested view inside the third
+    facts.blocks[0] = (period, 0, 0, 0)
+    spans = memory._runs(g, idx[cov], facts, np.array([g.start_ns[-1]]))
+    assert len(spans) == 4
+    third = spans[2]
+    assert third[0] == g.start_ns[1 + 2 * len(block)] and third[1] == g.start_ns[1 + 3 * len(block)] + 8_000
+    assert spans[3][0] == g.start_ns[2 + 3 * len(block)]
 
 
 def test_unchanged_sections_give_the_baseline_and_the_measured_peak(run):
