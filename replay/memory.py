@@ -40,6 +40,8 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 VIEW_OPS = ("aten::view", "aten::reshape", "aten::transpose", "aten::t", "aten::as_strided", "aten::slice",
             "aten::select", "aten::expand", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::detach",
             "aten::_unsafe_view", "aten::alias", "aten::empty")
+# the calls of a collective on a CPU thread: c10d operators, functional collectives, gloo's and NCCL's annotations
+COLL_CALL_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "record_param_comms")
 # a block's repeats must cover at least this share of the forward's ops that the best period covers
 BLOCK_COVERAGE = 0.9
 # the longest block the forward's op sequence is searched for (a transformer layer's top-level ops are tens to a few
@@ -108,6 +110,9 @@ class OpFacts:
     # and the name of the operator it stands for in the forward's sequence (op_facts; _block_repeat)
     nested: np.ndarray | None = None
     op_name: np.ndarray | None = None
+    # rank, tid, start, end of each collective call whose tensors carry the tokens (a pipeline's send of an
+    # activation, tensor parallelism's all-reduce): the communication buffers made in them follow the batch
+    token_calls: pd.DataFrame | None = None
 
     @property
     def checkpointed(self) -> bool:
@@ -254,8 +259,12 @@ def op_facts(run, g) -> OpFacts:
                 for (r, _, tid), t in zip(callers, arrivals):
                     sp = spans[(spans["rank"] == r) & (spans.tid == tid)]
                     coll_rec[i] |= bool(((sp.start <= t) & (t < sp.end)).any())
+    calls = ev[ev.name.str.startswith(COLL_CALL_PREFIXES, na=False) & ev.act.astype(bool)]
+    token_calls = pd.DataFrame({"rank": calls["rank"].to_numpy(np.int64), "tid": calls.tid.to_numpy(np.int64),
+                                "start": calls.ts_ns.to_numpy(np.int64),
+                                "end": (calls.ts_ns + calls.dur_ns).to_numpy(np.int64)})
     facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec, spans,
-                    nested=nested, op_name=op_name)
+                    nested=nested, op_name=op_name, token_calls=token_calls)
     _blocks(g, facts)
     return facts
 
@@ -617,7 +626,8 @@ def predict_peak(run, g, facts: OpFacts | None, sc, cache: dict | None = None) -
     The allocator's measured series, every block of it changed as the scenario says (memory_blocks: each block's
     lifetime and category), and the new series' largest value:
     - [batch] scale s: activations and other (temporaries) take s x their bytes, communication buffers too where
-      collectives carry tokens; parameters, gradients and optimizer state keep theirs;
+      made in a collective call whose tensors carry tokens (_follows_tokens); parameters, gradients and optimizer
+      state keep theirs;
     - checkpointing 'full' on a run without it: what each forward block allocates and keeps for the backward,
       but its output, is freed at the block's end and allocated again where the backward first frees any of it
       (the recompute just before its backward);
@@ -652,7 +662,7 @@ def predict_peak(run, g, facts: OpFacts | None, sc, cache: dict | None = None) -
             mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
             deltas = _scaled(mine, s, facts) if s != 1.0 else []
             if moves:  # a moved block has its new size (the batch's) where it moves
-                grow = np.where(mine.category.isin(_scaling(facts)).to_numpy(), s, 1.0)
+                grow = np.where(_follows_tokens(mine, facts), s, 1.0)
                 mine = mine.assign(bytes=mine.bytes.to_numpy(np.float64) * grow)
                 deltas += (_recomputed(g, facts, int(r), mine) if ckpt == "full"
                            else _kept(g, facts, int(r), mine))
@@ -675,16 +685,30 @@ def _life(b) -> tuple[int, int]:
     return int(b.alloc_ts_ns), (_END if pd.isna(b.end_ts_ns) else int(b.end_ts_ns))
 
 
-def _scaling(facts: OpFacts | None) -> set:
-    """The categories whose blocks follow the tokens a rank holds."""
-    tokens = facts is not None and facts.coll_act.any()
-    return {"activations", "other"} | ({"communication_buffers"} if tokens else set())
+def _follows_tokens(blocks: pd.DataFrame, facts: OpFacts | None) -> np.ndarray:
+    """Which blocks follow the tokens a rank holds: activations and other (the temporaries), and the communication
+    buffers made inside a collective call whose tensors carry the tokens (OpFacts.token_calls: a pipeline's sends, a
+    tensor-parallel all-reduce; not a data-parallel gradient reduction's, whose bytes are the parameters')."""
+    out = np.array(blocks.category.isin(("activations", "other")), dtype=bool)
+    comm = np.flatnonzero((blocks.category == "communication_buffers").to_numpy(bool))
+    calls = facts.token_calls if facts is not None else None
+    if not len(comm) or calls is None or not len(calls):
+        return out
+    b = blocks.iloc[comm]
+    for (r, tid), c in calls.groupby(["rank", "tid"], sort=False):
+        c = c.sort_values("start")
+        starts, reach = c.start.to_numpy(np.int64), np.maximum.accumulate(c.end.to_numpy(np.int64))
+        m = np.flatnonzero((b["rank"].to_numpy() == r) & (b.tid.to_numpy() == tid))
+        t = b.alloc_ts_ns.to_numpy(np.int64)[m]
+        k = np.searchsorted(starts, t, side="right") - 1
+        out[comm[m]] |= (k >= 0) & (reach[np.maximum(k, 0)] >= t)
+    return out
 
 
 def _scaled(blocks: pd.DataFrame, s: float, facts: OpFacts | None) -> list:
-    """(from, to, bytes) changes of the blocks that follow the tokens, at s x their size."""
+    """(from, to, bytes) changes of the blocks that follow the tokens (_follows_tokens), at s x their size."""
     out = []
-    for b in blocks[blocks.category.isin(_scaling(facts))].itertuples(index=False):
+    for b in blocks[_follows_tokens(blocks, facts)].itertuples(index=False):
         a, e = _life(b)
         out.append((a, e, (s - 1.0) * b.bytes))
     return out
@@ -731,7 +755,7 @@ def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     its forward block on (the block holding the forward op of the backward node the recompute ran in: a 1F1B
     stage runs a micro-batch's backward between later ones' forwards). What it keeps: what it allocates and is
     still live at its end, and the activations (memory_blocks' category: the forward's operators under a backward
-    node) allocated after its end and before the next recompute or forward operator starts: a recompute's span
+    node) allocated after its end and before the next recompute or forward block starts: a recompute's span
     ends at its last operator with an autograd sequence number, and a tensor subclass's operators (DTensor's
     redistributions, a tensor-parallel block's collectives and the operators after them) have none."""
     out = []
@@ -742,19 +766,17 @@ def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     rec = rec[rec["rank"] == rank]
     st = g.steps[g.steps["rank"] == rank]
     fwd = _forward_blocks(g, facts, rank)
-    fwd_ops = np.sort(g.start_ns[(g.rank == rank) & (g.kind == _graph.K["cpu"]) & (facts.phase == FORWARD)
-                                 & ~facts.nested])  # not a recompute's collective call inside a backward node
     for (s0, s1), spans in zip(zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)), fwd):
         mine = rec[(rec.start >= s0) & (rec.start < s1)].sort_values("start")
         if not len(mine) or not spans:
             continue
         starts = mine.start.to_numpy(np.int64)
         upto = np.append(starts[1:], s1)
-        # nor past the next forward operator (a 1F1B stage's next micro-batch's forward comes between recomputes)
-        nxt = np.searchsorted(fwd_ops, mine.end.to_numpy(np.int64), side="left")
-        upto = np.minimum(upto, np.where(nxt < len(fwd_ops), fwd_ops[np.minimum(nxt, len(fwd_ops) - 1)], s1))
         block_starts = np.array([x for x, _ in spans], np.int64)
         block_ends = np.array([y for _, y in spans], np.int64)
+        # nor past the next forward block (a 1F1B stage's next micro-batch's forward comes between recomputes)
+        nxt = np.searchsorted(block_starts, mine.end.to_numpy(np.int64), side="left")
+        upto = np.minimum(upto, np.where(nxt < len(spans), block_starts[np.minimum(nxt, len(spans) - 1)], s1))
         for j, (a, b, f) in enumerate(zip(starts, mine.end.to_numpy(np.int64), mine.fwd_ts.to_numpy(np.int64))):
             # the block whose op's backward node ran the recompute (a 1F1B stage interleaves its micro-batches'
             # forwards and backwards); else by order: the backward recomputes the last block first

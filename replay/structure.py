@@ -37,7 +37,7 @@ import pandas as pd
 
 from analyses import depgraph as _graph
 
-from .memory import BACKWARD, BACKWARD_PREFIX, FORWARD, OPTIMIZER, OpFacts
+from .memory import BACKWARD, BACKWARD_PREFIX, COLL_CALL_PREFIXES, FORWARD, OPTIMIZER, OpFacts
 
 NORMS = ("aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm", "aten::group_norm",
          "FusedLayerNormAffineFunction", "MixedFusedLayerNorm", "FusedRMSNormAffineFunction")  # Megatron's last
@@ -51,7 +51,6 @@ MIXERS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash
 # tensor parallelism's glue: DTensor's wrappers and redistributions, forward and backward
 TP_GLUE = ("Redistribute", "_FromTorchTensor", "_ToTorchTensor", "RedistributeBackward", "_ToTorchTensorBackward",
            "_FromTorchTensorBackward")
-COLL_CALL_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "record_param_comms")
 ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "c10::Float8_e4m3fn": 1,
                  "c10::Float8_e5m2": 1, "long int": 8, "int": 4}
 
