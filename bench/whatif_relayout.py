@@ -38,7 +38,8 @@ LAYOUTS = {
     "pp_gpipe": dict(dp=1, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="none"),
     "pp_1f1b": dict(dp=1, tp=1, pp=2, micro_batches=4, schedule="1f1b", sharding="none"),
     "fsdp_tp": dict(dp=2, tp=2, pp=1, micro_batches=1, sharding="fsdp"),
-    "dp_pp": dict(dp=2, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="none"),
+    # its data parallelism is replicate_with_fsdp's replicate (tracekit demo-layout, torchtitan's)
+    "dp_pp": dict(dp=2, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="replicate"),
 }
 RANKS = {"ddp": 2, "fsdp": 2, "tp": 2, "pp_gpipe": 2, "pp_1f1b": 2, "fsdp_tp": 4, "dp_pp": 4}
 

@@ -31,6 +31,8 @@ The rules, in the order they apply:
    (the world's group in a layout that names its dimensions) is "world".
 4. sharding "fsdp": all-gathers of non-token tensors on the dp dimension, some of them in the forward (FSDP /
    ZeRO-3 gather the parameters before use); FSDP2's `FSDP::all_gather` record_function ranges are quoted as evidence when present.
+   sharding "replicate": a dp dimension with no such all-gathers, whose forward runs FSDP2's `FSDP::pre_forward`
+   ranges (replicate_with_fsdp's replicate: the parameters whole on every rank, copied before each forward).
 5. micro_batches (pp > 1): the forward sends of the first stage per step (the median over steps); the first
    stage is the sender of a pipeline's earliest transfer, the next stage the receiver of a stage's first send.
    schedule: "gpipe" when on every stage each step's backward transfers (gradients, against the stage order)
@@ -58,7 +60,7 @@ from tracekit.errors import TracekitError
 from .costs import P2P_OPS
 from .memory import BACKWARD_PREFIX
 
-SHARDING = ("none", "fsdp")
+SHARDING = ("none", "fsdp", "replicate")
 SCHEDULES = ("gpipe", "1f1b")
 # the degrees whose product is the world (ep and the expert dimensions are carved out of them)
 WORLD_DIMS = ("dp", "tp", "pp", "cp")
@@ -104,7 +106,7 @@ class TraceLayout:
     dp: int
     tp: int
     pp: int
-    sharding: str  # "none" | "fsdp" (parameters all-gathered before use: FSDP / ZeRO-3)
+    sharding: str  # "none" | "fsdp" (parameters all-gathered before use: FSDP / ZeRO-3) | "replicate" (FSDP2's)
     micro_batches: int  # pipeline micro-batches per step (1 without pipeline parallelism)
     schedule: str | None  # "gpipe" | "1f1b" | None (no pipeline, or not tellable)
     groups: dict  # dim name -> list of rank lists (pp's in stage order)
@@ -463,12 +465,19 @@ def _unnamed(colls, tokens, fwd, world, deg, groups, evidence) -> None:
 # --------------------------------------------------------------------------------------------- sharding, pipeline
 
 def _sharding(run, colls, dims, tokens, fwd) -> tuple[str, list[str]]:
-    """Rule 4: 'fsdp' when the dp dimension all-gathers non-token tensors, some in the forward."""
+    """Rule 4: 'fsdp' when the dp dimension all-gathers non-token tensors, some in the forward; 'replicate' when it
+    does not, under FSDP2's pre-forward ranges."""
     if not len(colls):
         return "none", []
     gather = colls.op.astype(str).str.contains("all_gather").to_numpy(bool) & ~tokens & (dims == "dp")
     if not (gather & fwd).any():  # gathered before use: some in the forward (only in the backward is no sharding)
-        return "none", []
+        if not (dims == "dp").any():
+            return "none", []
+        pre = run.sql("SELECT count(*) AS n FROM events WHERE ph = 'X' AND name = 'FSDP::pre_forward'").n.iat[0]
+        if not pre:
+            return "none", []
+        return "replicate", [f"sharding replicate: data parallelism with no all-gather, {int(pre)} FSDP::pre_forward "
+                             "ranges (FSDP2's replicate)"]
     ranges = run.sql("SELECT count(*) AS n FROM events WHERE ph = 'X' AND (name = 'FSDP::all_gather' "
                      "OR name LIKE 'FSDP::all_gather (%')").n.iat[0]
     n_fwd = int((gather & fwd).sum())

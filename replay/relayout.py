@@ -11,17 +11,17 @@ The step of a layout (`step_ns`), per pipeline stage, on the source's own work:
   on the critical path; DTensor's glue as the source spends it per collective (none from a run without it);
 - pipeline parallelism: a send of the boundary tensor per micro-batch and stage boundary, each way; the schedule
   (GPipe: every forward then every backward; 1F1B) replayed by the engine (replay/pipeline.py);
-- data parallelism, sharding none: the gradients (the model's / (tp' x pp')) all-reduced in the source's buckets
-  (DDP's 1 MiB first bucket and 25 MiB ones when the source has none) as the last micro-batch's backward readies
-  them, one at a time on the link: what outlasts the backward is exposed; zero1 / zero2: a reduce-scatter of the
-  gradients and an all-gather of the updated parameters; fsdp (pipeline 1, one micro-batch): per block and for the
-  rest of the model an all-gather before its forward and again before its backward and a reduce-scatter after it,
-  on one communication stream beside the computation (the engine);
+- data parallelism, sharding none or replicate: the gradients (the model's / (tp' x pp')) all-reduced in the
+  source's buckets (DDP's 1 MiB first bucket and 25 MiB ones when the source has none) as the last micro-batch's
+  backward readies them, one at a time on the link: what outlasts the backward is exposed; zero1 / zero2: a
+  reduce-scatter of the gradients and an all-gather of the updated parameters; fsdp (pipeline 1, one micro-batch):
+  per block and for the rest of the model an all-gather before its forward and again before its backward and a
+  reduce-scatter after it, on one communication stream beside the computation (the engine);
 - the optimizer follows the bytes it updates (/ dp' when sharded), gradient accumulation the gradients a rank
   holds, a micro-batch at a time; the rest of the step (data loading, ...) is kept;
 - a tensor subclass's dispatch (DTensor's, as the run spent it: structure) is spent by a layout whose activations
-  (tp' > 1) or parameters (tp' > 1, fsdp) are DTensors, and by no other; FSDP's own work (its FSDP:: ranges) by an
-  fsdp layout, and by no other;
+  (tp' > 1) or parameters (tp' > 1, fsdp, replicate) are DTensors, and by no other; FSDP's own work (its FSDP::
+  ranges) by a layout FSDP2 runs (fsdp, replicate), and by no other;
 - a collective costs what the links model fitted on the run gives it alone on its links (held to the NICs' nominal
   rate where known), times what the run's own lone collectives of that op and class of link took over that (an
   algorithm as the backend runs it); a host's ranks in different groups of one dimension share its NIC; ranks are
@@ -48,7 +48,10 @@ from .pipeline import pipeline_makespan
 from .structure import BLOCK, POST, PRE, Structure, structure
 
 PIPELINE_SCHEDULES = SCHEDULES
-SHARDINGS = ("none", "zero1", "zero2", "fsdp")
+SHARDINGS = ("none", "zero1", "zero2", "fsdp", "replicate")
+# the shardings FSDP2's machinery runs (fully_shard; replicate_with_fsdp's replicate: the parameters whole on every
+# rank, a stage's unsharded copy made before its forward and held through its backward, its gradients all-reduced)
+FSDP2_SHARDINGS = ("fsdp", "replicate")
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 DDP_BUCKET_BYTES = 25 << 20
 
@@ -254,14 +257,14 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
         b.append(nb * (blk[1] + tp_b) + (s == 0) * pre[1] + (s == lay.pp - 1) * post[1])
     p2p = costs.ns("send", boundary, 2, strides["pp"]) + w.call_ns if lay.pp > 1 else 0.0
     grads = w.model_bytes / (lay.tp * lay.pp)
-    shard = lay.dp if lay.sharding != "none" else 1
-    dtensor_params = lay.tp > 1 or lay.sharding == "fsdp"
+    shard = lay.dp if lay.sharding not in ("none", "replicate") else 1
+    dtensor_params = lay.tp > 1 or lay.sharding in FSDP2_SHARDINGS
     parts = {"optimizer_ns": w.optimizer_ns_per_byte * grads / shard
              + (w.optimizer_wrapper_ns / lay.pp if dtensor_params else 0.0),
              "accumulate_ns": w.params_ns_per_byte * grads * lay.micro_batches,
              "other_ns": w.other_ns,
              # FSDP's copies and hooks, as the run spent them (its units are the same model's); none elsewhere
-             "sharding_ns": w.sharding_ns if lay.sharding == "fsdp" else 0.0}
+             "sharding_ns": w.sharding_ns if lay.sharding in FSDP2_SHARDINGS else 0.0}
     if lay.sharding == "fsdp":  # with pipeline 1 and one micro-batch (target() refuses the rest)
         parts["compute_comm_ns"] = _fsdp(st, w, lay, blk, tp_f, tp_b, pre, post, grads, costs, strides["dp"])
     else:
@@ -275,7 +278,8 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
 
 
 def _dp_exposed(w: Work, lay: Layout, last_bwd_ns: float, grads: float, costs: Costs, stride: int) -> float:
-    """The data-parallel gradient sync outlasting the last micro-batch's backward (sharding none, zero1, zero2)."""
+    """The data-parallel gradient sync outlasting the last micro-batch's backward (sharding none, replicate, zero1,
+    zero2)."""
     if lay.dp <= 1 or grads <= 0:
         return 0.0
     if lay.sharding in ("zero1", "zero2"):
@@ -404,8 +408,9 @@ def notes_for(src: Layout, new: Layout, st: Structure, w: Work, parts: dict, bas
     if costs.op_factor:
         out.append("collective ops as the run's lone ones ran them, x the links' time: "
                    + ", ".join(f"{op} on {c} {v:.2f}" for (op, c), v in sorted(costs.op_factor.items())))
-    if new.sharding == "fsdp" and src.sharding != "fsdp":
-        out.append("FSDP from a run without it: its copies and hooks are not in the run to measure")
+    if new.sharding in FSDP2_SHARDINGS and src.sharding not in FSDP2_SHARDINGS:
+        what = "FSDP" if new.sharding == "fsdp" else "replicate"
+        out.append(f"{what} from a run without FSDP2: its copies and hooks are not in the run to measure")
     if new.sharding in ("fsdp", "zero1", "zero2") and not any(op == "all_gather" for op, _ in costs.op_factor):
         out.append("the run has no all-gather to measure: its all-gathers cost what the links give a ring")
     return out
@@ -421,7 +426,7 @@ def _dp_buckets(g, tl, coll_act, src: Layout) -> list:
     """The bytes of the data-parallel all-reduces the run's first rank calls in its first profiled step (DDP's
     buckets), in order; [] when the run has none (sharded, or one replica)."""
     c = g.colls
-    if src.dp <= 1 or src.sharding != "none" or not len(c):
+    if src.dp <= 1 or src.sharding not in ("none", "replicate") or not len(c):
         return []
     first = min(g.ranks)
     mine = (c.op.astype(str).to_numpy() == "all_reduce") & (coll_dims(g, tl, coll_act) == "dp")
@@ -542,10 +547,10 @@ def _state_parameters(ms: pd.DataFrame, rank: int, device_type: int, device_id: 
 
 
 def _comm_kept(src: Layout, new: Layout) -> float:
-    """The share of the run's communication buffers the new layout keeps: FSDP's reduce-scatter staging where it still
-    shards with FSDP, tensor parallelism's collective outputs where it still splits tensors (a data-parallel
-    all-reduce works in place)."""
-    gone = (src.sharding == "fsdp" and new.sharding != "fsdp") or (src.tp > 1 and new.tp == 1)
+    """The share of the run's communication buffers the new layout keeps: FSDP2's gradient staging (fsdp's
+    reduce-scatter, replicate's all-reduce) where FSDP2 still runs, tensor parallelism's collective outputs where it
+    still splits tensors (a data-parallel all-reduce works in place)."""
+    gone = (src.sharding in FSDP2_SHARDINGS and new.sharding not in FSDP2_SHARDINGS) or (src.tp > 1 and new.tp == 1)
     return 0.0 if gone else 1.0
 
 
@@ -590,10 +595,11 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
 
     The state: parameters, gradients and optimizer state by the bytes a rank holds (the model's / (tp x pp), / dp
     where sharded). The parameters are the state (what memory_breakdown split off the bytes made before profiling at
-    the peak: memory_model_state) and, on an FSDP run, the unsharded copies its all-gathers make (the rest): an FSDP
-    layout has them (/ tp x pp), another none; an FSDP layout from a run without them holds what FSDP2 gathers at
-    once (_gathered) and, while the backward holds gradients, a block's unsharded gradients staged for its
-    reduce-scatter.
+    the peak: memory_model_state) and, on a run FSDP2 runs, the unsharded copies it makes (the rest: fsdp's
+    all-gathers, replicate's copy of the stage): a layout of the same sharding has them (/ tp x pp), another none;
+    an FSDP layout from a run without them holds what FSDP2 gathers at once (_gathered) and, while the backward
+    holds gradients, a block's unsharded gradients staged for its reduce-scatter; a replicate layout from a run
+    without them a copy of its stage's parameters (/ tp) throughout.
 
     Where the new layout runs a stage's micro-batches as the run does (_same_schedule): the largest, over the run's
     [memory] events, of memory_category_timeline's categories each re-sized (the new layout may peak elsewhere than
@@ -628,8 +634,10 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         params = cat.parameters.to_numpy()
         state_params = np.minimum(params, _state_parameters(ms, r, dt, di))
         copies = np.zeros(len(cat))
-        if new.sharding == "fsdp" and src.sharding == "fsdp":  # the copies the run's all-gathers made
+        if new.sharding == src.sharding and new.sharding in FSDP2_SHARDINGS:  # the copies the run's FSDP2 made
             copies = (params - state_params) * (src.tp * src.pp) / (new.tp * new.pp)
+        elif new.sharding == "replicate":  # a stage's unsharded copy, through its forward and backward
+            copies = np.full(len(cat), _held(w, new, "parameters"))
         elif new.sharding == "fsdp":  # what FSDP2 gathers, and stages for a reduce-scatter in the backward
             copies = _gathered(st, w, new) + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0)
         state = copies + state_params * held["parameters"]
@@ -647,7 +655,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         # first, the head's on the last, its micro-batches in flight) over what this rank keeps
         own = (kp.micro_batch(blocks_src, stage_src == 0, stage_src == src.pp - 1) * w.tokens
                * _in_flight(src, stage_src) if kp is not None else 0.0)
-        # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._scaling)
+        # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._follows_tokens)
         fixed = (cat.communication_buffers.to_numpy() * _comm_kept(src, new)
                  + cat.other.to_numpy() * tokens / w.tokens)
         best = 0.0

@@ -217,7 +217,8 @@ class ParallelismSpec:
     pp: int | None = key(None, int_at_least(1))
     micro_batches: int | None = key(None, int_at_least(1))
     schedule: str | None = key(None, one_of(*PIPELINE_SCHEDULES))  # the pipeline's: "gpipe" | "1f1b"
-    sharding: str | None = key(None, one_of(*SHARDINGS))  # over dp: "none" | "zero1" | "zero2" | "fsdp"
+    # over dp: "none" | "zero1" | "zero2" | "fsdp" | "replicate" (FSDP2's: whole parameters, a copy per forward)
+    sharding: str | None = key(None, one_of(*SHARDINGS))
 
     @property
     def changes_layout(self) -> bool:

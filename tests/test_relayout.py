@@ -23,7 +23,7 @@ TRUTH = {
     "tp_2hosts_100mbit": (1, 2, 1, 1, None, "none"),
     "pp_gpipe_2hosts_100mbit": (1, 1, 2, 4, "gpipe", "none"),
     "pp_1f1b_2hosts_100mbit": (1, 1, 2, 4, "1f1b", "none"),
-    "dp_pp_2hosts_100mbit": (2, 1, 2, 4, "gpipe", "none"),
+    "dp_pp_2hosts_100mbit": (2, 1, 2, 4, "gpipe", "replicate"),
 }
 
 
@@ -77,6 +77,27 @@ def test_a_re_layout_reports_the_measured_and_the_predicted_peak(tmp_path):
     # zero1 shards Adam's state over the two ranks: the peak cannot grow; tensor parallelism moves it
     assert t.loc["zero1", "predicted_peak_alloc_bytes"] <= measured
     assert t.loc["tp2", "predicted_peak_alloc_bytes"] > 0
+
+
+def test_replicate_holds_a_copy_of_its_stages_parameters(tmp_path):
+    # FSDP2's replicate (DP x PP's data parallelism in torchtitan and the testbed) copies a stage's parameters
+    # before its forward and holds the copy through its backward; its gradients are all-reduced as DDP's
+    run = tracekit.open(str(_traces_only(REPO / "sample_traces" / "memory" / "ddp_ckpt_none", tmp_path / "m")),
+                        store=str(tmp_path / "st"))
+    scen = {k: scenario_from_dict({"name": k, "parallelism": {"sharding": k}}, k) for k in ("none", "replicate")}
+    for k in ("none", "replicate"):
+        scen[f"{k}_pp2"] = scenario_from_dict(
+            {"name": f"{k}_pp2", "parallelism": {"sharding": k, "pp": 2, "dp": 1}}, f"{k}_pp2")
+    t = whatif(run, list(scen.values())).set_index("scenario")
+    model = replay.run(run, scen["replicate"]).info.relayout.work.model_bytes
+    none, rep = t.loc["none", "predicted_peak_alloc_bytes"], t.loc["replicate", "predicted_peak_alloc_bytes"]
+    assert none == t.loc["measured", "measured_peak_alloc_bytes"]  # the run's own layout
+    assert rep - none == pytest.approx(model, abs=1)
+    assert t.loc["replicate", "predicted_step_ns"] == t.loc["none", "predicted_step_ns"]
+    assert any("replicate from a run without FSDP2" in n for n in t.attrs["notes"]["replicate"])
+    # a stage holds half the model, and a copy of that half
+    pp2 = t.loc["replicate_pp2", "predicted_peak_alloc_bytes"] - t.loc["none_pp2", "predicted_peak_alloc_bytes"]
+    assert pp2 == pytest.approx(model / 2, abs=1)
 
 
 @pytest.mark.slow  # a real 2-rank FSDP2 job on gloo
