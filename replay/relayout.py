@@ -537,6 +537,20 @@ def _held(w: Work, lay: Layout, what: str) -> float:
     return per / (lay.dp if lay.sharding in shard[what] else 1)
 
 
+def _gradients(grads: np.ndarray, w: Work, src: Layout, new: Layout) -> np.ndarray:
+    """The run's gradient bytes after each event (grads) as the new layout holds them: re-sized by the bytes each
+    layout holds at rest (_held). An FSDP run's beyond that are its transient unsharded gradients, a block's staged
+    for its reduce-scatter: whole already, an FSDP layout holds them as its blocks' (/ tp x pp), another none (its
+    gradients at rest are whole)."""
+    ratio = _held(w, new, "gradients") / max(_held(w, src, "gradients"), 1.0)
+    if src.sharding != "fsdp":
+        return grads * ratio
+    rest = _held(w, src, "gradients")
+    staged = np.clip(grads - rest, 0.0, None)
+    keep = (src.tp * src.pp) / (new.tp * new.pp) if new.sharding == "fsdp" else 0.0
+    return np.minimum(grads, rest) * ratio + staged * keep
+
+
 def _state_parameters(ms: pd.DataFrame, rank: int, device_type: int, device_id: int) -> float:
     """The parameter bytes memory_breakdown took out of the bytes made before profiling at the rank's peak (its
     split: min(those bytes, P); none without the parameters' shapes, or on another device than the state's)."""
@@ -599,7 +613,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     all-gathers, replicate's copy of the stage): a layout of the same sharding has them (/ tp x pp), another none;
     an FSDP layout from a run without them holds what FSDP2 gathers at once (_gathered) and, while the backward
     holds gradients, a block's unsharded gradients staged for its reduce-scatter; a replicate layout from a run
-    without them a copy of its stage's parameters (/ tp) throughout.
+    without them a copy of its stage's parameters (/ tp) throughout. The gradients by the bytes each layout holds at
+    rest, an FSDP run's staged unsharded ones aside (_gradients).
 
     Where the new layout runs a stage's micro-batches as the run does (_same_schedule): the largest, over the run's
     [memory] events, of memory_category_timeline's categories each re-sized (the new layout may peak elsewhere than
@@ -642,7 +657,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
             copies = _gathered(st, w, new) + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0)
         state = copies + state_params * held["parameters"]
         state += cat.optimizer_state.to_numpy() * held["optimizer_state"]
-        grads = cat.gradients.to_numpy() * held["gradients"]
+        grads = _gradients(cat.gradients.to_numpy(), w, src, new)
         act_src = cat.activations.to_numpy()
         if kp is not None and not _same_schedule(src, new):
             # another micro-batch schedule: each new stage's schedule walked (replay/activations.py), on this rank's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
 import replay
@@ -98,6 +99,25 @@ def test_replicate_holds_a_copy_of_its_stages_parameters(tmp_path):
     # a stage holds half the model, and a copy of that half
     pp2 = t.loc["replicate_pp2", "predicted_peak_alloc_bytes"] - t.loc["none_pp2", "predicted_peak_alloc_bytes"]
     assert pp2 == pytest.approx(model / 2, abs=1)
+
+
+def test_an_fsdp_runs_staged_gradients_are_not_resized_as_its_shards():
+    # an FSDP x TP rank holds its sharded gradients (the model's / (tp x dp)) and, while a block's reduce-scatter is
+    # staged, that block's unsharded ones on top: re-sized as shards they made a DDP or pipeline layout's peak 29-39%
+    # over (the memory runs); whole already, a layout without FSDP holds none of them
+    from types import SimpleNamespace
+
+    w = SimpleNamespace(model_bytes=800.0)
+    src = relayout.Layout(dp=2, tp=2, pp=1, sharding="fsdp")
+    rest = 800.0 / (2 * 2)
+    curve = np.array([0.0, rest / 2, rest + 60.0, rest])
+    ddp = relayout.Layout(dp=2, tp=1, pp=1, sharding="none")
+    assert relayout._gradients(curve, w, src, ddp).tolist() == [0.0, 400.0, 800.0, 800.0]
+    # an FSDP layout keeps them, as its blocks' (/ tp x pp: a block's whole gradients without the split)
+    fsdp = relayout.Layout(dp=4, tp=1, pp=1, sharding="fsdp")
+    assert relayout._gradients(curve, w, src, fsdp).tolist() == [0.0, 100.0, 320.0, 200.0]
+    # a run without FSDP: its gradients re-sized as a whole
+    assert relayout._gradients(curve, w, ddp, src).tolist() == (curve / 4).tolist()
 
 
 @pytest.mark.slow  # a real 2-rank FSDP2 job on gloo
