@@ -161,10 +161,11 @@ def op_facts(run, g) -> OpFacts:
         ev_top[1:] = ts[oi[1:]] >= np.maximum.accumulate(end[oi])[:-1]
         outer_ev = oi[ev_top]
         outer = np.arange(len(ts))
-        k = np.searchsorted(outer_ev, outer, side="right") - 1
-        ko = outer_ev[np.maximum(k, 0)]
-        held = (k >= 0) & ((ts < end[ko]) | (outer == ko))
-        outer[held] = ko[held]
+        if len(outer_ev):  # a thread of runtime calls or annotations only has none
+            k = np.searchsorted(outer_ev, outer, side="right") - 1
+            ko = outer_ev[np.maximum(k, 0)]
+            held = (k >= 0) & ((ts < end[ko]) | (outer == ko))
+            outer[held] = ko[held]
         outer_act = np.zeros(len(ts), bool)
         np.logical_or.at(outer_act, outer, e.act.to_numpy(bool))
         o = outer[tops]

@@ -331,7 +331,10 @@ def _parallel(cfg: LayoutConfig) -> dict:
             "mesh": dict(zip(dims, cfg.mesh_shape())), "model_params": model_params(cfg),
             "model_bytes": model_params(cfg) * 4, "global_batch_size": cfg.batch_size, "layers": cfg.layers,
             "seq_len": cfg.seq_len, "d_model": cfg.d_model, "heads": cfg.heads,
-            "sharding": "fsdp" if cfg.layout.startswith("fsdp") else "none", "checkpointing": cfg.checkpointing}
+            # DP x PP's data parallelism is FSDP2's replicate ([parallelism] sharding = "replicate")
+            "sharding": ("fsdp" if cfg.layout.startswith("fsdp") else "replicate" if cfg.layout == "dp_pp"
+                         else "none"),
+            "checkpointing": cfg.checkpointing}
 
 
 def _meta(cfg: LayoutConfig) -> dict:
