@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -99,6 +100,21 @@ def test_an_operator_nested_in_a_blocks_op_does_not_hide_the_block():
     third = spans[2]
     assert third[0] == g.start_ns[1 + 2 * len(block)] and third[1] == g.start_ns[1 + 3 * len(block)] + 8_000
     assert spans[3][0] == g.start_ns[2 + 3 * len(block)]
+
+
+def test_only_a_token_collectives_buffers_follow_the_batch():
+    # a DP x PP stage's replicate all-reduce stages its gradients (the parameters' bytes) in a communication buffer,
+    # beside the pipeline's sends of activations: a batch scale grows the sends' buffers only
+    blocks = pd.DataFrame({"rank": [0, 0, 0, 0, 1], "tid": [7, 7, 9, 7, 7],
+                           "alloc_ts_ns": [150, 500, 160, 120, 150], "bytes": [10, 20, 30, 40, 50],
+                           "category": ["communication_buffers", "communication_buffers", "communication_buffers",
+                                        "activations", "communication_buffers"]})
+    calls = pd.DataFrame({"rank": [0, 0], "tid": [7, 7], "start": [100, 140], "end": [300, 200]})
+    facts = SimpleNamespace(token_calls=calls)
+    # inside a send on its thread; after it; on another thread; an activation; another rank's
+    assert memory._follows_tokens(blocks, facts).tolist() == [True, False, False, True, False]
+    assert memory._follows_tokens(blocks, SimpleNamespace(token_calls=calls.iloc[:0])).tolist() == [
+        False, False, False, True, False]
 
 
 def test_unchanged_sections_give_the_baseline_and_the_measured_peak(run):
