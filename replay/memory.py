@@ -156,6 +156,8 @@ def op_facts(run, g) -> OpFacts:
         # holding it on the thread (e is sorted by start, the longer first at a tie); a node inside another node is
         # nested, and of the nodes inside an operator that has none of its own (a wait cut its start away) the
         # first stands for it, with its name and whether it follows the tokens
+        nm = e.name.to_numpy(object)
+        a = e.act.to_numpy(bool)
         oi = np.flatnonzero(e.cat.to_numpy(object) == "cpu_op")  # operators: not the step's or a module's ranges
         ev_top = np.ones(len(oi), bool)
         ev_top[1:] = ts[oi[1:]] >= np.maximum.accumulate(end[oi])[:-1]
@@ -167,24 +169,22 @@ def op_facts(run, g) -> OpFacts:
             held = (k >= 0) & ((ts < end[ko]) | (outer == ko))
             outer[held] = ko[held]
         outer_act = np.zeros(len(ts), bool)
-        np.logical_or.at(outer_act, outer, e.act.to_numpy(bool))
+        np.logical_or.at(outer_act, outer, a)
         o = outer[tops]
         stands = (o != tops) & ~np.isin(o, tops)
         stands &= np.concatenate(([True], o[1:] != o[:-1]))  # the first node inside it
         top_nested = (o != tops) & ~stands
-        top_name = np.where(stands, e.name.to_numpy(object)[o], e.name.to_numpy(object)[tops])
+        top_name = np.where(stands, nm[o], nm[tops])
         at = np.searchsorted(ts[tops], ts, side="right") - 1
         inside = (at >= 0) & (ts < end[tops[np.maximum(at, 0)]])
         inside |= (at >= 0) & (ts == ts[tops[np.maximum(at, 0)]])
         holder = np.where(inside, at, -1)
-        a = e.act.to_numpy(bool)
         any_act = np.zeros(len(tops), bool)
         np.logical_or.at(any_act, holder[holder >= 0], a[holder >= 0])
         any_act |= stands & outer_act[o]
         count = np.bincount(holder[holder >= 0], minlength=len(tops))
         # checkpoint recompute: ops with an autograd sequence number nested in a backward node (not the node's own
         # autograd events), the outermost of them
-        nm = e.name.to_numpy(object)
         seq = e.seq.to_numpy(np.int64)
         top_bwd = np.array([isinstance(nm[t], str) and nm[t].startswith(BACKWARD_PREFIX) for t in tops])
         cand = np.flatnonzero((holder >= 0) & (seq >= 0))
@@ -248,10 +248,12 @@ def op_facts(run, g) -> OpFacts:
     coll_rec = np.zeros(len(g.colls), bool)
     spans = pd.DataFrame(recompute_spans, columns=["rank", "tid", "start", "end", "seq"])
     # where the forward ran the op whose backward node ran each recompute (-1: not known)
-    fwd = ev[(ev.seq >= 0) & ~ev.name.str.contains("Backward", regex=False, na=True)
-             & ~ev.name.str.startswith(("autograd::", "torch::autograd::"), na=True)]
-    first_ts = fwd.groupby(["rank", "seq"]).ts_ns.min()
-    spans["fwd_ts"] = [int(first_ts.get((r, q), -1)) if q >= 0 else -1 for r, q in zip(spans["rank"], spans.seq)]
+    spans["fwd_ts"] = -1
+    if len(spans):
+        fwd = ev[ev.seq.isin(spans.seq[spans.seq >= 0]) & ~ev.name.str.contains("Backward", regex=False, na=True)
+                 & ~ev.name.str.startswith(("autograd::", "torch::autograd::"), na=True)]
+        first_ts = fwd.groupby(["rank", "seq"]).ts_ns.min()
+        spans["fwd_ts"] = [int(first_ts.get((r, q), -1)) for r, q in zip(spans["rank"], spans.seq)]
     if len(g.colls):
         cols = g.colls[["present_ranks", "events", "arrivals", "callers"]].itertuples(index=False)
         for i, (ranks, evs, arrivals, callers) in enumerate(cols):
@@ -260,7 +262,8 @@ def op_facts(run, g) -> OpFacts:
                 for (r, _, tid), t in zip(callers, arrivals):
                     sp = spans[(spans["rank"] == r) & (spans.tid == tid)]
                     coll_rec[i] |= bool(((sp.start <= t) & (t < sp.end)).any())
-    calls = ev[ev.name.str.startswith(COLL_CALL_PREFIXES, na=False) & ev.act.astype(bool)]
+    calls = ev[ev.act.astype(bool)]
+    calls = calls[calls.name.str.startswith(COLL_CALL_PREFIXES, na=False)]
     token_calls = pd.DataFrame({"rank": calls["rank"].to_numpy(np.int64), "tid": calls.tid.to_numpy(np.int64),
                                 "start": calls.ts_ns.to_numpy(np.int64),
                                 "end": (calls.ts_ns + calls.dur_ns).to_numpy(np.int64)})

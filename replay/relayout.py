@@ -52,6 +52,8 @@ SHARDINGS = ("none", "zero1", "zero2", "fsdp", "replicate")
 # the shardings FSDP2's machinery runs (fully_shard; replicate_with_fsdp's replicate: the parameters whole on every
 # rank, a stage's unsharded copy made before its forward and held through its backward, its gradients all-reduced)
 FSDP2_SHARDINGS = ("fsdp", "replicate")
+# the shardings whose ranks hold whole gradients and all-reduce them (DDP's, replicate's)
+WHOLE_SHARDINGS = ("none", "replicate")
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 DDP_BUCKET_BYTES = 25 << 20
 
@@ -257,7 +259,7 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
         b.append(nb * (blk[1] + tp_b) + (s == 0) * pre[1] + (s == lay.pp - 1) * post[1])
     p2p = costs.ns("send", boundary, 2, strides["pp"]) + w.call_ns if lay.pp > 1 else 0.0
     grads = w.model_bytes / (lay.tp * lay.pp)
-    shard = lay.dp if lay.sharding not in ("none", "replicate") else 1
+    shard = lay.dp if lay.sharding not in WHOLE_SHARDINGS else 1
     dtensor_params = lay.tp > 1 or lay.sharding in FSDP2_SHARDINGS
     parts = {"optimizer_ns": w.optimizer_ns_per_byte * grads / shard
              + (w.optimizer_wrapper_ns / lay.pp if dtensor_params else 0.0),
@@ -426,7 +428,7 @@ def _dp_buckets(g, tl, coll_act, src: Layout) -> list:
     """The bytes of the data-parallel all-reduces the run's first rank calls in its first profiled step (DDP's
     buckets), in order; [] when the run has none (sharded, or one replica)."""
     c = g.colls
-    if src.dp <= 1 or src.sharding not in ("none", "replicate") or not len(c):
+    if src.dp <= 1 or src.sharding not in WHOLE_SHARDINGS or not len(c):
         return []
     first = min(g.ranks)
     mine = (c.op.astype(str).to_numpy() == "all_reduce") & (coll_dims(g, tl, coll_act) == "dp")
@@ -542,10 +544,10 @@ def _gradients(grads: np.ndarray, w: Work, src: Layout, new: Layout) -> np.ndarr
     layout holds at rest (_held). An FSDP run's beyond that are its transient unsharded gradients, a block's staged
     for its reduce-scatter: whole already, an FSDP layout holds them as its blocks' (/ tp x pp), another none (its
     gradients at rest are whole)."""
-    ratio = _held(w, new, "gradients") / max(_held(w, src, "gradients"), 1.0)
+    rest = _held(w, src, "gradients")
+    ratio = _held(w, new, "gradients") / max(rest, 1.0)
     if src.sharding != "fsdp":
         return grads * ratio
-    rest = _held(w, src, "gradients")
     staged = np.clip(grads - rest, 0.0, None)
     keep = (src.tp * src.pp) / (new.tp * new.pp) if new.sharding == "fsdp" else 0.0
     return np.minimum(grads, rest) * ratio + staged * keep
@@ -623,9 +625,10 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     output on the first stage, the head's on the last, the micro-batches in flight, _in_flight; tensor parallelism's
     split of a block's, _tp_activations), what the forward does not keep for the backward (its temporaries, a
     checkpoint's recompute) by the tokens and the split; other (the temporaries) by the tokens, as the memory
-    what-ifs take it; communication buffers as measured where the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or
-    micro-batch count), each new stage's schedule walked (activations.stage_peak) on the rank's largest state and
-    gradients: the run's own curve holds its own micro-batches in its own order."""
+    what-ifs take it; communication buffers as measured where the new layout keeps what made them (_comm_kept).
+    Otherwise (another pipeline depth, schedule or micro-batch count), each new stage's schedule walked
+    (activations.stage_peak) on the rank's largest state and gradients: the run's own curve holds its own
+    micro-batches in its own order."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
     top = peak_devices(run, cache)
@@ -638,7 +641,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     tp_f = _tp_activations(src.tp, new.tp)
     bounds = np.linspace(0, w.blocks, new.pp + 1).round().astype(int)
     block = _block_bytes(st, w)
-    held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "gradients", "optimizer_state")}
+    held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "optimizer_state")}
     kp = plan.kept
     rows = []
     for r, dt, di, peak in zip(top["rank"], top.device_type, top.device_id, top.peak_allocated_bytes):
