@@ -54,6 +54,8 @@ SHARDINGS = ("none", "zero1", "zero2", "fsdp", "replicate")
 FSDP2_SHARDINGS = ("fsdp", "replicate")
 # the shardings whose ranks hold whole gradients and all-reduce them (DDP's, replicate's)
 WHOLE_SHARDINGS = ("none", "replicate")
+# the shardings whose ranks hold whole gradients at rest (ZeRO-1 shards only the optimizer state)
+WHOLE_GRADIENTS = WHOLE_SHARDINGS + ("zero1",)
 DDP_FIRST_BUCKET_BYTES = 1 << 20
 DDP_BUCKET_BYTES = 25 << 20
 
@@ -535,22 +537,35 @@ def _in_flight(lay: Layout, stage: int) -> int:
 def _held(w: Work, lay: Layout, what: str) -> float:
     """Bytes of parameters / gradients / optimizer state (Adam's two moments) a rank of lay holds at rest."""
     per = w.model_bytes / (lay.tp * lay.pp)
-    shard = {"parameters": ("fsdp",), "gradients": ("zero2", "fsdp"), "optimizer_state": ("zero1", "zero2", "fsdp")}
-    return per / (lay.dp if lay.sharding in shard[what] else 1)
+    sharded = {"parameters": lay.sharding == "fsdp", "gradients": lay.sharding not in WHOLE_GRADIENTS,
+               "optimizer_state": lay.sharding in ("zero1", "zero2", "fsdp")}
+    return per / (lay.dp if sharded[what] else 1)
 
 
-def _gradients(grads: np.ndarray, w: Work, src: Layout, new: Layout) -> np.ndarray:
+def _gradients(grads: np.ndarray, w: Work, src: Layout, new: Layout, own: float = 0.0,
+               largest: float = 0.0) -> np.ndarray:
     """The run's gradient bytes after each event (grads) as the new layout holds them: re-sized by the bytes each
-    layout holds at rest (_held). An FSDP run's beyond that are its transient unsharded gradients, a block's staged
-    for its reduce-scatter: whole already, an FSDP layout holds them as its blocks' (/ tp x pp), another none (its
-    gradients at rest are whole)."""
+    layout holds at rest (_held). What a rank holds beyond its gradients at rest is transient, and re-sized as what
+    it is, not as the rank's share:
+    - an FSDP run's are its unsharded gradients, a block's staged for its reduce-scatter: whole already, an FSDP
+      layout holds them as its blocks' (/ tp x pp), another none (its gradients at rest are whole);
+    - another run's (beyond own, the parameters its optimizer updates, where it holds whole gradients) are a
+      micro-batch's gradients from its second on, each held while AccumulateGrad adds it to the one before. A layout
+      of one micro-batch a step has none; one of several has the run's or, from a run of one micro-batch a step,
+      one gradient of the largest (largest: what AccumulateGrad received), from its first backward on."""
     rest = _held(w, src, "gradients")
     ratio = _held(w, new, "gradients") / max(rest, 1.0)
-    if src.sharding != "fsdp":
-        return grads * ratio
-    staged = np.clip(grads - rest, 0.0, None)
-    keep = (src.tp * src.pp) / (new.tp * new.pp) if new.sharding == "fsdp" else 0.0
-    return np.minimum(grads, rest) * ratio + staged * keep
+    if src.sharding == "fsdp":
+        staged = np.clip(grads - rest, 0.0, None)
+        keep = (src.tp * src.pp) / (new.tp * new.pp) if new.sharding == "fsdp" else 0.0
+        return np.minimum(grads, rest) * ratio + staged * keep
+    at_rest = max(own, rest) if src.sharding in WHOLE_GRADIENTS else rest
+    transient = np.clip(grads - at_rest, 0.0, None)
+    if new.micro_batches <= 1:
+        transient = transient * 0.0
+    elif src.micro_batches <= 1:
+        transient = np.where(grads > 0, largest, 0.0)
+    return np.minimum(grads, at_rest) * ratio + transient
 
 
 def _state_parameters(ms: pd.DataFrame, rank: int, device_type: int, device_id: int) -> float:
@@ -660,7 +675,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
             copies = _gathered(st, w, new) + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0)
         state = copies + state_params * held["parameters"]
         state += cat.optimizer_state.to_numpy() * held["optimizer_state"]
-        grads = _gradients(cat.gradients.to_numpy(), w, src, new)
+        grads = _gradients(cat.gradients.to_numpy(), w, src, new, float(st.param_bytes.get(int(r), 0)),
+                           float(st.largest_grad_bytes.get(int(r), 0)))
         act_src = cat.activations.to_numpy()
         if kp is not None and not _same_schedule(src, new):
             # another micro-batch schedule: each new stage's schedule walked (replay/activations.py), on this rank's

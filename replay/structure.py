@@ -95,6 +95,7 @@ class Structure:
     grad_bytes: dict  # rank -> the gradients a micro-batch's backward hands AccumulateGrad (global shapes), bytes
     steps: int
     notes: list = field(default_factory=list)
+    largest_grad_bytes: dict = field(default_factory=dict)  # rank -> the largest one gradient AccumulateGrad receives
 
 
 _OPS_SQL = """
@@ -262,9 +263,11 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
             w.n_colls = present.sum() / k
         out[int(r)] = w
     params = _param_bytes(run)
-    grads = {r: b / max(micro_batches, 1) for r, b in _grad_bytes(run).items()}
+    grads, largest = _grad_bytes(run)
+    grads = {r: b / max(micro_batches, 1) for r, b in grads.items()}
     return Structure(out, _period(facts, next(iter(facts.blocks))), colwise, rowwise, tokens, hidden, elem or 4,
-                     split_dims, heads, block_params * (elem or 4), params, grads, n_steps)
+                     split_dims, heads, block_params * (elem or 4), params, grads, n_steps,
+                     largest_grad_bytes=largest)
 
 
 def _inside(g, run, prefix: str) -> np.ndarray:
@@ -422,20 +425,22 @@ def _param_bytes(run) -> dict:
 _GRAD_BYTES_SQL = """
 WITH recv AS (SELECT DISTINCT rank, json_extract(input_dims, '$[0]')::VARCHAR AS shape FROM events
               WHERE ph = 'X' AND name IN ('gloo:recv', 'nccl:recv') AND input_dims IS NOT NULL),
-g AS (SELECT c.rank, c.step, sum(_tensor_arg_nelems(c.input_dims, 0)
-                                 * _tensor_dtype_bytes(_tensor_first_type(c.input_types)))::BIGINT AS bytes
-      FROM cpu_ops c LEFT JOIN recv r ON r.rank = c.rank AND r.shape = json_extract(c.input_dims, '$[0]')::VARCHAR
-      WHERE c.name = 'torch::autograd::AccumulateGrad' AND c.step IS NOT NULL AND r.rank IS NULL
-      GROUP BY c.rank, c.step)
-SELECT rank, median(bytes) AS grad_bytes FROM g GROUP BY rank
+one AS (SELECT c.rank, c.step, _tensor_arg_nelems(c.input_dims, 0)
+                                   * _tensor_dtype_bytes(_tensor_first_type(c.input_types)) AS bytes
+        FROM cpu_ops c LEFT JOIN recv r ON r.rank = c.rank AND r.shape = json_extract(c.input_dims, '$[0]')::VARCHAR
+        WHERE c.name = 'torch::autograd::AccumulateGrad' AND c.step IS NOT NULL AND r.rank IS NULL),
+g AS (SELECT rank, step, sum(bytes)::BIGINT AS bytes, max(bytes)::BIGINT AS largest FROM one GROUP BY rank, step)
+SELECT rank, median(bytes) AS grad_bytes, max(largest) AS largest_grad_bytes FROM g GROUP BY rank
 """
 
 
-def _grad_bytes(run) -> dict:
-    """rank -> the gradients AccumulateGrad receives a step (a DTensor's global shape: the model's parameters
-    however they are sharded), less the leaves a pipeline's receive filled (a stage's input activation)."""
+def _grad_bytes(run) -> tuple[dict, dict]:
+    """(rank -> the gradients AccumulateGrad receives a step (a DTensor's global shape: the model's parameters
+    however they are sharded), less the leaves a pipeline's receive filled (a stage's input activation); rank -> the
+    largest one gradient it receives)."""
     from analyses.memory import _shapes_macros
 
     _shapes_macros(run)
     rows = run.sql(_GRAD_BYTES_SQL)
-    return dict(zip(rows["rank"].astype(int), rows.grad_bytes.astype(float)))
+    ranks = rows["rank"].astype(int)
+    return dict(zip(ranks, rows.grad_bytes.astype(float))), dict(zip(ranks, rows.largest_grad_bytes.astype(float)))

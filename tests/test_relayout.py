@@ -120,6 +120,29 @@ def test_an_fsdp_runs_staged_gradients_are_not_resized_as_its_shards():
     assert relayout._gradients(curve, w, ddp, src).tolist() == (curve / 4).tolist()
 
 
+def test_a_pipelines_accumulation_transients_are_not_resized_as_its_share():
+    # a pipeline stage of 4 micro-batches holds its gradients (its parameters') and, while AccumulateGrad adds a
+    # micro-batch's gradient to the one before, that gradient on top: re-sized x2 as the stage's share they made a
+    # DDP layout's peak 12-20% over (the memory runs, checkpointed); one micro-batch a step adds none
+    from types import SimpleNamespace
+
+    w = SimpleNamespace(model_bytes=800.0)
+    gpipe = relayout.Layout(dp=1, tp=1, pp=2, micro_batches=4, schedule="gpipe")
+    own = 410.0  # the stage's parameters, a little over the average share (400)
+    curve = np.array([0.0, 200.0, own, own + 50.0, own + 100.0, own])
+    ddp = relayout.Layout(dp=2, tp=1, pp=1)
+    assert relayout._gradients(curve, w, gpipe, ddp, own, 30.0).tolist() == [0.0, 400.0, 820.0, 820.0, 820.0, 820.0]
+    # a layout that accumulates keeps the run's transients as they were
+    one_f1b = relayout.Layout(dp=1, tp=1, pp=2, micro_batches=8, schedule="1f1b")
+    assert relayout._gradients(curve, w, gpipe, one_f1b, own, 30.0).tolist() == curve.tolist()
+    # from a run of one micro-batch a step: one gradient of the largest, from the first backward on
+    flat = np.array([0.0, 400.0, 800.0, 800.0])
+    assert relayout._gradients(flat, w, ddp, gpipe, 800.0, 30.0).tolist() == [0.0, 230.0, 430.0, 430.0]
+    # the re-sizing alone where neither side accumulates
+    tp = relayout.Layout(dp=1, tp=2, pp=1)
+    assert relayout._gradients(flat, w, ddp, tp, 800.0, 30.0).tolist() == (flat / 2).tolist()
+
+
 @pytest.mark.slow  # a real 2-rank FSDP2 job on gloo
 def test_fsdps_unsharded_copies_are_in_an_fsdp_layouts_peak_only(tmp_path):
     # the parameters at an FSDP run's CPU peak are the unsharded copies its all-gathers made (the state was made
