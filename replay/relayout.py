@@ -562,7 +562,7 @@ def _gradients(grads: np.ndarray, w: Work, src: Layout, new: Layout, own: float 
     at_rest = max(own, rest) if src.sharding in WHOLE_GRADIENTS else rest
     transient = np.clip(grads - at_rest, 0.0, None)
     if new.micro_batches <= 1:
-        transient = transient * 0.0
+        transient = np.zeros_like(transient)
     elif src.micro_batches <= 1:
         transient = np.where(grads > 0, largest, 0.0)
     return np.minimum(grads, at_rest) * ratio + transient
