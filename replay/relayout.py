@@ -631,7 +631,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     an FSDP layout from a run without them holds what FSDP2 gathers at once (_gathered) and, while the backward
     holds gradients, a block's unsharded gradients staged for its reduce-scatter; a replicate layout from a run
     without them a copy of its stage's parameters (/ tp) throughout. The gradients by the bytes each layout holds at
-    rest, an FSDP run's staged unsharded ones aside (_gradients).
+    rest, an FSDP run's staged unsharded ones and a pipeline's accumulation transients aside (_gradients).
 
     Where the new layout runs a stage's micro-batches as the run does (_same_schedule): the largest, over the run's
     [memory] events, of memory_category_timeline's categories each re-sized (the new layout may peak elsewhere than
