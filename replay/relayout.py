@@ -466,6 +466,7 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
                                                               for e in tl.evidence]
     stages = {int(r): i for grp in tl.groups.get("pp", []) for i, r in enumerate(grp)}
     kp, unkept = _micro_batch_memory(run, g, facts, st, src, stages)
+    outside = _outside_loss(run, facts.analyses) if new.sharding == "fsdp" and src.sharding != "fsdp" else {}
     if kp is not None:
         how = ("the run's own memory curve re-sized" if _same_schedule(src, new) else
                f"each stage's {new.schedule if new.pp > 1 else 'micro-batch'} schedule walked, its gradients held "
@@ -473,7 +474,7 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
         notes.append(f"peak memory: a micro-batch keeps {kp.block:.0f} B a token a block, {kp.pre:.0f} before the "
                      f"blocks, {kp.post:.0f} after them (the run's [memory] events; tensor parallelism splits a "
                      f"block's only); {how} (replay/activations.py)")
-    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept)
+    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept, outside)
 
 
 def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict):
@@ -495,6 +496,56 @@ def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict)
     devices = {k: series[k].index.to_numpy() for k in
                zip(top["rank"].astype(int), top.device_type.astype(int), top.device_id.astype(int)) if k in series}
     out = cache["_micro_batch_memory"] = measure(run, g, facts, int(st.tokens), devices, stages, src.pp, cache)
+    return out
+
+
+# the loss functions' operators: a loss runs on the model's output, outside FSDP2's module hooks
+LOSS_OPS = ("aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::nll_loss", "aten::mse_loss", "aten::l1_loss",
+            "aten::smooth_l1_loss", "aten::huber_loss", "aten::binary_cross_entropy_with_logits", "aten::kl_div")
+
+_LOSS_SPANS_SQL = """
+WITH loss AS (
+    SELECT rank, tid, ts_ns, ts_ns + dur_ns AS end_ns FROM events
+    WHERE ph = 'X' AND cat = 'cpu_op' AND name IN ({names}) AND dur_ns IS NOT NULL),
+outer_loss AS (  -- the outermost: a loss op inside another is the other's
+    SELECT l.* FROM loss l WHERE NOT EXISTS (
+        SELECT 1 FROM loss o WHERE o.rank = l.rank AND o.tid = l.tid AND o.ts_ns <= l.ts_ns AND o.end_ns >= l.end_ns
+          AND (o.ts_ns < l.ts_ns OR o.end_ns > l.end_ns))),
+seqs AS (  -- the autograd sequence numbers of the ops a loss ran
+    SELECT DISTINCT e.rank, e.sequence_number AS seq FROM events e JOIN outer_loss l
+      ON e.rank = l.rank AND e.tid = l.tid AND e.ts_ns >= l.ts_ns AND e.ts_ns < l.end_ns
+    WHERE e.ph = 'X' AND e.cat = 'cpu_op' AND e.sequence_number IS NOT NULL AND e.sequence_number >= 0),
+nodes AS (  -- their backward nodes, with the engine's evaluate_function around each
+    SELECT b.rank, coalesce(min(w.ts_ns), b.ts_ns) AS ts_ns,
+           coalesce(max(w.ts_ns + w.dur_ns), b.ts_ns + b.dur_ns) AS end_ns
+    FROM events b JOIN seqs q ON b.rank = q.rank AND b.sequence_number = q.seq
+    LEFT JOIN events w ON w.rank = b.rank AND w.tid = b.tid AND w.ph = 'X'
+      AND w.name = 'autograd::engine::evaluate_function: ' || b.name AND w.ts_ns <= b.ts_ns
+      AND w.ts_ns + w.dur_ns >= b.ts_ns + b.dur_ns
+    WHERE b.ph = 'X' AND b.cat = 'cpu_op' AND contains(b.name, 'Backward') AND NOT starts_with(b.name, 'autograd::')
+    GROUP BY b.rank, b.ts_ns, b.dur_ns)
+SELECT rank, ts_ns, end_ns FROM outer_loss UNION ALL SELECT rank, ts_ns, end_ns FROM nodes
+"""
+
+
+def _outside_loss(run, cache: dict) -> dict:
+    """Per (rank, device type, device id) whose peak is judged, whether each of its [memory] events is outside the
+    loss (its operators, LOSS_OPS, and their backward nodes, by autograd sequence number): where an FSDP layout
+    holds unsharded parameters (FSDP2 gathers a module's for its forward and its backward, in the module's hooks;
+    the loss runs on the model's output, outside them). cache: _category_series'."""
+    from .memory import has_memory_events
+
+    if not has_memory_events(run):
+        return {}
+    spans = run.sql(_LOSS_SPANS_SQL.format(names=", ".join(f"'{n}'" for n in LOSS_OPS)))
+    out = {}
+    for key, x in _category_series(run, cache).items():
+        t = x.index.to_numpy(np.int64)
+        mine = spans[spans["rank"] == key[0]]
+        inside = np.zeros(len(t), bool)
+        for a, b in zip(mine.ts_ns.to_numpy(np.int64), mine.end_ns.to_numpy(np.int64)):
+            inside[np.searchsorted(t, a, side="left"):np.searchsorted(t, b, side="left")] = True
+        out[key] = ~inside
     return out
 
 
@@ -628,7 +679,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     where sharded). The parameters are the state (what memory_breakdown split off the bytes made before profiling at
     the peak: memory_model_state) and, on a run FSDP2 runs, the unsharded copies it makes (the rest: fsdp's
     all-gathers, replicate's copy of the stage): a layout of the same sharding has them (/ tp x pp), another none;
-    an FSDP layout from a run without them holds what FSDP2 gathers at once (_gathered) and, while the backward
+    an FSDP layout from a run without them holds what FSDP2 gathers at once (_gathered; none while the loss runs,
+    outside FSDP2's module hooks: _outside_loss) and, while the backward
     holds gradients, a block's unsharded gradients staged for its reduce-scatter; a replicate layout from a run
     without them a copy of its stage's parameters (/ tp) throughout. The gradients by the bytes each layout holds at
     rest, an FSDP run's staged unsharded ones and a pipeline's accumulation transients aside (_gradients).
@@ -671,8 +723,11 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
             copies = (params - state_params) * (src.tp * src.pp) / (new.tp * new.pp)
         elif new.sharding == "replicate":  # a stage's unsharded copy, through its forward and backward
             copies = np.full(len(cat), _held(w, new, "parameters"))
-        elif new.sharding == "fsdp":  # what FSDP2 gathers, and stages for a reduce-scatter in the backward
-            copies = _gathered(st, w, new) + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0)
+        elif new.sharding == "fsdp":  # what FSDP2 gathers (none while the loss runs), and stages for a
+            # reduce-scatter in the backward
+            held_at = plan.outside_loss.get((int(r), int(dt), int(di)), np.ones(len(cat), bool))
+            copies = (np.where(held_at, _gathered(st, w, new), 0.0)
+                      + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0))
         state = copies + state_params * held["parameters"]
         state += cat.optimizer_state.to_numpy() * held["optimizer_state"]
         grads = _gradients(cat.gradients.to_numpy(), w, src, new, float(st.param_bytes.get(int(r), 0)),
@@ -722,3 +777,6 @@ class Plan:
     # (rank, device type, device id) -> the activations its forward does not keep (its temporaries, a checkpoint's
     # recompute) after each event
     unkept_act: dict = field(default_factory=dict)
+    # (rank, device type, device id) -> whether each event is outside the loss, where an FSDP layout holds unsharded
+    # parameters (a layout of FSDP from a run without it; _outside_loss)
+    outside_loss: dict = field(default_factory=dict)

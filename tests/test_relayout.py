@@ -143,6 +143,28 @@ def test_a_pipelines_accumulation_transients_are_not_resized_as_its_share():
     assert relayout._gradients(flat, w, ddp, tp, 800.0, 30.0).tolist() == (flat / 2).tolist()
 
 
+def test_an_fsdp_layout_holds_no_unsharded_parameters_while_the_loss_runs(tmp_path):
+    # FSDP2 gathers a module's parameters in its hooks; the loss runs on the model's output, outside them (the
+    # memory runs' FSDP x TP rank holds none at the loss's backward, where DDP peaks): the events inside the
+    # cross-entropy and inside its backward nodes (LogSoftmaxBackward0, NllLossBackward0) are the loss's
+    with tracekit.open(str(REPO / "sample_traces" / "memory" / "ddp_ckpt_none"), store=str(tmp_path / "st")) as run:
+        out = relayout._outside_loss(run, {})
+        series = relayout._category_series(run, {})
+        spans = run.sql("SELECT rank, name, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE ph = 'X' AND name IN "
+                        "('aten::cross_entropy_loss', 'LogSoftmaxBackward0', 'NllLossBackward0')")
+    assert set(out) == set(series)
+    for key, outside in out.items():
+        t = series[key].index.to_numpy()
+        mine = spans[spans["rank"] == key[0]]
+        assert {"aten::cross_entropy_loss", "LogSoftmaxBackward0"} <= set(mine.name)
+        inside = np.zeros(len(t), bool)
+        for a, b in zip(mine.ts_ns, mine.end_ns):
+            inside |= (t >= a) & (t < b)
+        assert inside.any() and not outside[inside].any()
+        # the rest of the step is the model's: the forward's blocks, the head, the backward's other nodes
+        assert outside.sum() > 0.9 * len(t)
+
+
 @pytest.mark.slow  # a real 2-rank FSDP2 job on gloo
 def test_fsdps_unsharded_copies_are_in_an_fsdp_layouts_peak_only(tmp_path):
     # the parameters at an FSDP run's CPU peak are the unsharded copies its all-gathers made (the state was made
