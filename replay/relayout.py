@@ -532,13 +532,16 @@ def _outside_loss(run, cache: dict) -> dict:
     """Per (rank, device type, device id) whose peak is judged, whether each of its [memory] events is outside the
     loss (its operators, LOSS_OPS, and their backward nodes, by autograd sequence number): where an FSDP layout
     holds unsharded parameters (FSDP2 gathers a module's for its forward and its backward, in the module's hooks;
-    the loss runs on the model's output, outside them). cache: _category_series'."""
+    the loss runs on the model's output, outside them). cache: where it is kept (the run's: a what-if's scenarios
+    share it) beside _category_series'."""
     from .memory import has_memory_events
 
+    if "_outside_loss" in cache:
+        return cache["_outside_loss"]
     if not has_memory_events(run):
         return {}
     spans = run.sql(_LOSS_SPANS_SQL.format(names=", ".join(f"'{n}'" for n in LOSS_OPS)))
-    out = {}
+    out = cache["_outside_loss"] = {}
     for key, x in _category_series(run, cache).items():
         t = x.index.to_numpy(np.int64)
         mine = spans[spans["rank"] == key[0]]
