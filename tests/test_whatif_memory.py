@@ -323,7 +323,10 @@ def tp_pair(tmp_path_factory):
     """One DTensor tensor-parallel job recorded without and with activation checkpointing ([memory] events), each
     TP_RECORDINGS times: the real peak of one setting varies from one recording to the next by up to three of
     gloo's 256 KiB collective buffers (13%: still live at the peak or already freed by gloo's worker thread, as
-    the all-reduces end before or after it), so a prediction is held to every recording's measured peak."""
+    the all-reduces end before or after it), so a prediction is held to every recording's measured peak. A
+    prediction keeps its source recording's buffers as they were (one on CI had three more live at the
+    prediction's peak than the others: 7.11 MB predicted, 6.07-6.33 MB measured), so the prediction held to them
+    is the median of those from every recording of the other setting (_predicted)."""
     pytest.importorskip("torch")
     from tracekit.capture import layouts
 
@@ -341,6 +344,12 @@ def tp_pair(tmp_path_factory):
             r.close()
 
 
+def _predicted(runs: list, checkpointing: str) -> float:
+    """The median, over the recordings of one setting (tp_pair), of the peak predicted with the other."""
+    return float(np.median([_one(r, memory={"activation_checkpointing": checkpointing}).loc["x"]
+                            .predicted_peak_alloc_bytes for r in runs]))
+
+
 def _within_recordings(predicted: float, runs: list) -> None:
     """predicted within 10% of the measured peaks' span over the recordings of one setting (tp_pair)."""
     measured = [whatif(r, []).iloc[0].measured_peak_alloc_bytes for r in runs]
@@ -352,8 +361,7 @@ def test_a_tensor_parallel_recompute_keeps_what_it_makes_after_its_collective(tp
     # a recompute's span ends at its last operator with an autograd sequence number; in a DTensor block that is
     # before the all-reduce's redistribution, and the MLP's activations the recompute makes after it were left in
     # the backward (the prediction 27% under the run without checkpointing)
-    row = _one(tp_pair["full"][0], memory={"activation_checkpointing": "none"}).loc["x"]
-    _within_recordings(row.predicted_peak_alloc_bytes, tp_pair["none"])
+    _within_recordings(_predicted(tp_pair["full"], "none"), tp_pair["none"])
 
 
 @pytest.mark.slow  # the same jobs
@@ -366,5 +374,4 @@ def test_checkpointing_a_tensor_parallel_run_finds_its_blocks_in_every_step(tp_p
         for rank in run.ranks:
             per_step = [len(spans) for spans in memory._forward_blocks(g, facts, rank)]
             assert per_step == [TP_LAYERS] * len(per_step) and len(per_step) >= 2, (rank, per_step)
-    row = _one(tp_pair["none"][0], memory={"activation_checkpointing": "full"}).loc["x"]
-    _within_recordings(row.predicted_peak_alloc_bytes, tp_pair["full"])
+    _within_recordings(_predicted(tp_pair["none"], "full"), tp_pair["full"])
