@@ -689,7 +689,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     rest, an FSDP run's staged unsharded ones and a pipeline's accumulation transients aside (_gradients).
 
     Where the new layout runs a stage's micro-batches as the run does (_same_schedule): the largest, over the run's
-    [memory] events, of memory_category_timeline's categories each re-sized (the new layout may peak elsewhere than
+    [memory] events, of memory_category_timeline's categories each re-sized (a pipeline's rank as its own stage of
+    the new layout) (the new layout may peak elsewhere than
     the run: an FSDP run in its backward, where its gathered parameters and gradients add up, DDP at the loss) --
     activations by what a stage keeps over what the rank keeps (replay/activations.py: its blocks, the embedding's
     output on the first stage, the head's on the last, the micro-batches in flight, _in_flight; tensor parallelism's
@@ -753,7 +754,10 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         best = 0.0
         # what the forward does not keep (its temporaries, a checkpoint's recompute) follows the tokens and the split
         unkept = plan.unkept_act.get((int(r), int(dt), int(di)), np.zeros(len(cat)))
-        for s in range(new.pp):
+        # each new stage on the run's rank of that stage where the depth is the run's (a stage's curve holds its
+        # own ends: the first's embedding, the last's head and loss), else every new stage on each rank
+        same_depth = src.pp == new.pp > 1 and int(r) in plan.stages
+        for s in ([stage_src] if same_depth else range(new.pp)):
             if own > 0:
                 act = ((act_src - unkept) * (kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, s == new.pp - 1, tp_f)
                                            * tokens * _in_flight(new, s)) / own
