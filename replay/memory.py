@@ -6,7 +6,8 @@ What the trace shows, per graph node (op_facts):
   `Optimizer.zero_grad#` range), else forward and the rest;
 - whether it works on the step's tokens: its op, or one nested in it, reads a tensor of two or more dimensions that
   is not a parameter's shape (the parameters' shapes are those the optimizer's update reads, else those autograd's
-  `AccumulateGrad` records). Those ops
+  `AccumulateGrad` records), or it is an ATen operator reading an index tensor (an integer one of more than one
+  element: token ids, a loss's targets; no parameter is one). Those ops
   follow the tokens a rank holds; the optimizer, gradient accumulation, DDP's and FSDP's copies of flat buffers do not;
 - the ops in it, for the run's own per-op floor: the median time of the rank's ops that move no data (views,
   transposes, ...); an op's floor does not scale, the rest of its time does;
@@ -41,6 +42,8 @@ VIEW_OPS = ("aten::view", "aten::reshape", "aten::transpose", "aten::t", "aten::
             "aten::select", "aten::expand", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::detach",
             "aten::_unsafe_view", "aten::alias", "aten::empty")
 # the calls of a collective on a CPU thread: c10d operators, functional collectives, gloo's and NCCL's annotations
+# Kineto's names of the integer types an index tensor has (token ids, targets, positions)
+INDEX_TYPES = ("long int", "int")
 COLL_CALL_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "record_param_comms")
 # a block's repeats must cover at least this share of the forward's ops that the best period covers
 BLOCK_COVERAGE = 0.9
@@ -75,10 +78,19 @@ p_acc AS (
 p AS (
     SELECT rank, coalesce(p_opt.shapes, p_acc.shapes) AS shapes
     FROM p_acc FULL JOIN p_opt USING (rank))
+-- an op follows the tokens when it reads a tensor of two or more dimensions of no parameter's shape, or is an
+-- ATen operator reading an index tensor (integer, more than one element: token ids, a loss's targets), which no
+-- parameter is: a loss's logits may have a weight's shape (128 tokens of a 512-word vocabulary and a 128 x 512
+-- linear). Not a collective's: DDP broadcasts its rebuilt buckets' indices
 SELECT e.rank, e.tid, e.event_id, e.cat, e.name, e.ts_ns, e.dur_ns, coalesce(e.sequence_number, -1) AS seq,
-       coalesce(len(list_filter(CAST(json_transform(e.input_dims, '["JSON"]') AS VARCHAR[]),
-                                lambda t: json_array_length(t) >= 2
-                                          AND NOT list_contains(coalesce(p.shapes, []), t))) > 0, false) AS act
+       coalesce(len(list_filter(list_zip(CAST(json_transform(e.input_dims, '["JSON"]') AS VARCHAR[]),
+                                         CAST(json_transform(coalesce(e.input_types, '[]'), '["VARCHAR"]')
+                                              AS VARCHAR[])),
+                                lambda x: (json_array_length(x[1]) >= 2
+                                           AND NOT list_contains(coalesce(p.shapes, []), x[1]))
+                                          OR (starts_with(e.name, 'aten::') AND x[2] IN ({index_types})
+                                              AND json_array_length(x[1]) >= 1 AND x[1] <> '[1]'))) > 0,
+                false) AS act
 FROM events e LEFT JOIN p USING (rank)
 WHERE e.ph = 'X' AND e.cat IN ('cpu_op', 'user_annotation', 'cuda_runtime', 'cuda_driver')
   AND e.dur_ns IS NOT NULL
@@ -120,7 +132,7 @@ class OpFacts:
 
 
 def op_facts(run, g) -> OpFacts:
-    ev = run.sql(_EVENTS_SQL)
+    ev = run.sql(_EVENTS_SQL.format(index_types=", ".join(f"'{t}'" for t in INDEX_TYPES)))
     opt = run.sql("SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE ph = 'X' AND "
                   "(name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%')")
     n = len(g.kind)

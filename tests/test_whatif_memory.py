@@ -47,6 +47,53 @@ def test_op_facts_find_phases_token_ops_and_blocks(run):
     assert not f.coll_act.any()
 
 
+def _loss_step_events(logits: list, target: list, target_type: str = "long int") -> list[dict]:
+    """A CPU step: a linear on the tokens, a loss on logits with its targets, their backward, an SGD update of a
+    32 x 32 weight (times in us)."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "args": {"name": "python"}}]
+
+    def op(name, ts, dur, cat="cpu_op", **args):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": 7, "ts": ts, "dur": dur, "args": args})
+
+    for s in range(2):
+        t = 1000.0 + 1000 * s
+        op(f"ProfilerStep#{s}", t, 900, cat="user_annotation")
+        op("aten::linear", t + 10, 40, **{"Input Dims": [[4, 8, 32], [32, 32]], "Input type": ["float", "float"]})
+        op("aten::cross_entropy_loss", t + 60, 30, **{"Input Dims": [logits, target, []],
+                                                      "Input type": ["float", target_type, "Scalar"]})
+        op("autograd::engine::evaluate_function: NllLossBackward0", t + 100, 30)
+        op("autograd::engine::evaluate_function: MmBackward0", t + 140, 40)
+        op("torch::autograd::AccumulateGrad", t + 190, 10, **{"Input Dims": [[32, 32]], "Input type": ["float"]})
+        op("Optimizer.step#SGD.step", t + 300, 100, cat="user_annotation")
+        op("aten::add_", t + 310, 20, **{"Input Dims": [[32, 32], [32, 32], []],
+                                         "Input type": ["float", "float", "Scalar"]})
+    return ev
+
+
+@pytest.mark.parametrize("logits, target, target_type, act", [
+    ([32, 32], [32], "long int", True),  # logits of a weight's shape: the targets are the tokens'
+    ([64, 32], [64], "long int", True),
+    ([32, 32], [32], "int", True),
+    ([32, 32], [1], "long int", False),  # one element: a count, not tokens
+    ([32, 32], [32], "float", False),  # a 1-D float: a norm's weight has that shape
+])
+def test_an_index_tensor_marks_an_op_that_follows_the_tokens(tmp_path, logits, target, target_type, act):
+    # a pipeline's last stage of 128 tokens a micro-batch on a 512-word vocabulary computes its loss on logits of
+    # the 128 x 512 shape of an MLP's weight: the loss was no forward op, and what it keeps for the backward was
+    # left out of the stage's micro-batch (a re-layout of it to TP 16.7% under)
+    from .conftest import write_trace
+
+    write_trace(tmp_path / "t" / "rank0.json", _loss_step_events(logits, target, target_type))
+    with tracekit.open(str(tmp_path / "t"), store=str(tmp_path / "s")) as r:
+        g = depgraph.build(r)
+        f = memory.op_facts(r, g)
+        names = g.name.astype(str)
+        loss = names == "aten::cross_entropy_loss"
+        assert loss.sum() == 2
+        assert (f.act[loss] == act).all() and (f.phase[loss] == (memory.FORWARD if act else memory.OTHER)).all()
+        assert f.act[names == "aten::linear"].all() and not f.act[names == "aten::add_"].any()
+
+
 def test_a_blocks_copies_may_differ_in_a_few_ops_the_graph_shows_by_their_timing():
     # a DTensor block's redistribution shows its functional all-reduce as a piece in one copy and the wrap beside it
     # in the next, as the thread's idle gaps fall: up to REPEAT_SLACK_OPS consecutive ops may differ
