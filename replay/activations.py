@@ -15,14 +15,18 @@ micro-batch (Structure.tokens):
 - the transients on top, the most live at once: of what the forward allocates and frees before the backward (the
   loss's working set on the last stage), and of what the backward allocates (the gradients of activations, a
   checkpoint's recompute); the last stage's and the others' apart (a run without a pipeline shows no other stage:
-  its backward's transient is taken for every stage, its forward's only for the last).
+  its backward's transient is taken for every stage, its forward's only for the last);
+- the backward's fullest over what its micro-batches kept, net of what it has freed of that by then (`over_kept`:
+  the head's logits and the loss's saved tensors are gone before a block's recompute peaks), per stretch of the
+  backward between two forward blocks.
 
 Tensor parallelism splits a block's bytes and the transients (what it leaves: relayout's _tp_activations), not the
-embedding's or the head's outputs. A stage's peak (stage_peak) walks its schedule (schedule: GPipe's forwards then
-backwards, 1F1B's warm-up forwards then one forward and one backward, a stage without a pipeline its micro-batches
-one after the other): a forward adds a micro-batch's kept bytes with the forward's transient on top; a backward
-holds its transient, then frees the micro-batch; the gradients fill during the first backward (freeing the
-micro-batch as they fill: the larger of its two ends) and stay for the step.
+embedding's or the head's outputs, nor a checkpointed block's input (relayout's _kept_split). A stage's peak
+(stage_peak, stage_peaks) walks its schedule (schedule: GPipe's forwards then backwards, 1F1B's warm-up forwards then
+one forward and one backward, a stage without a pipeline its micro-batches one after the other): a forward adds a
+micro-batch's kept bytes with the forward's transient on top; a backward holds its fullest over them (over_kept),
+then frees the micro-batch; the gradients fill during the first backward (freeing the micro-batch as they fill: the
+larger of its two ends, with the backward's transient) and stay for the step.
 """
 from __future__ import annotations
 
@@ -46,6 +50,10 @@ class Kept:
     forward_rest: float = 0.0  # ... on another stage
     backward_last: float = 0.0  # the backward's transient on the last stage
     backward_rest: float = 0.0
+    # the backward's fullest over what its micro-batch keeps, net of what it frees of that by then (the head's
+    # logits and the loss's saved tensors are freed before a block's recompute peaks): <= the transient
+    over_kept_last: float = 0.0
+    over_kept_rest: float = 0.0
     tokens: int = 0
 
     def micro_batch(self, blocks: float, first: bool, last: bool, tp_factor: float = 1.0) -> float:
@@ -67,21 +75,39 @@ def schedule(pp: int, stage: int, micro_batches: int, kind: str) -> list[str]:
     return ["F"] * warm + ["F", "B"] * (m - warm) + ["B"] * warm
 
 
-def stage_peak(ops: list[str], kept_bytes: float, forward_top: float, backward_top: float, grads: float) -> float:
+def stage_peak(ops: list[str], kept_bytes: float, forward_top: float, backward_top: float, grads: float,
+               over_kept: float | None = None, retained: float = 0.0) -> float:
     """The largest of a stage's activations, transients and gradients over its schedule (module docstring):
-    kept_bytes a micro-batch keeps, forward_top / backward_top the transients on top, grads the stage's gradients."""
-    live, held, best = 0, 0.0, 0.0
+    kept_bytes a micro-batch keeps, forward_top / backward_top the transients on top, grads the stage's gradients;
+    over_kept: the backward's fullest over its micro-batch's kept bytes, net of what it has freed of them (Kept;
+    default: backward_top, nothing freed); retained: of kept_bytes, what a micro-batch holds after its backward
+    until the step ends (the model's output)."""
+    return max(stage_peaks(ops, kept_bytes, forward_top, backward_top, grads, over_kept, retained))
+
+
+def stage_peaks(ops: list[str], kept_bytes: float, forward_top: float, backward_top: float, grads: float,
+                over_kept: float | None = None, retained: float = 0.0,
+                head: float = 0.0) -> tuple[float, float, float]:
+    """stage_peak's largest (its arguments) apart: (at a forward's end or a backward's start -- on the last stage
+    the loss and its backward --, in a backward once the head's bytes of its micro-batch are freed (head: of
+    kept_bytes, the last stage's after its blocks; what it retains stays), at the first backward's end, its
+    micro-batch freed but what it retains and the gradients full)."""
+    over = backward_top if over_kept is None else over_kept
+    freed = max(head - retained, 0.0)
+    live, held, kept_after, ends, blocks, first_end = 0, 0.0, 0.0, 0.0, 0.0, 0.0
     for op in ops:
         if op == "F":
             live += 1
-            best = max(best, live * kept_bytes + forward_top + held)
+            ends = max(ends, live * kept_bytes + forward_top + held + kept_after)
             continue
-        best = max(best, live * kept_bytes + backward_top + held)
+        ends = max(ends, live * kept_bytes + over + held + kept_after)
+        blocks = max(blocks, live * kept_bytes - freed + over + held + kept_after)
         if not held:  # the first backward: its micro-batch's bytes freed as the gradients fill
-            best = max(best, (live - 1) * kept_bytes + grads + backward_top)
+            first_end = max(first_end, (live - 1) * kept_bytes + retained + grads + backward_top + kept_after)
         live = max(live - 1, 0)
         held = grads
-    return best
+        kept_after += retained
+    return ends, blocks, first_end
 
 
 def measure(run, g, facts: OpFacts, tokens: int, devices: dict, stages: dict, pp: int,
@@ -115,7 +141,8 @@ def measure(run, g, facts: OpFacts, tokens: int, devices: dict, stages: dict, pp
     return Kept(float(np.median([x[0] for x in got.values()])), most(first, 1), most(last, 2),
                 forward_last=most(last, 3), forward_rest=most(rest, 3), backward_last=most(last, 4),
                 # no other stage: the backward's transient is every stage's, the forward's (the loss) the last's
-                backward_rest=most(rest, 4) if rest else most(last, 4), tokens=tokens), unkept
+                backward_rest=most(rest, 4) if rest else most(last, 4), over_kept_last=most(last, 5),
+                over_kept_rest=most(rest, 5) if rest else most(last, 5), tokens=tokens), unkept
 
 
 # the categories a micro-batch's forward and backward allocate (what they keep and their transients); gradients,
@@ -198,8 +225,8 @@ class _Placed:
         return born[np.searchsorted(born_at[b], t, side="right")] - died[np.searchsorted(end[d], t, side="right")]
 
     def kept(self):
-        """(block, pre, post, forward transient, backward transient) bytes of one micro-batch (module docstring), or
-        None where the forward shows no repeated block keeping bytes."""
+        """(block, pre, post, forward transient, backward transient, backward over kept) bytes of one micro-batch
+        (module docstring, _over_kept), or None where the forward shows no repeated block keeping bytes."""
         starts, ends, ts, nbytes = self.starts, self.ends, self.ts, self.nbytes
         if not len(starts):
             return None
@@ -219,7 +246,33 @@ class _Placed:
         tmp = self.fwd & ~self.keeps
         bwd = self.phase == BACKWARD
         return (block, _median_per(nxt[is_pre], nbytes[is_pre]), _median_per(span[is_post], nbytes[is_post]),
-                _most_live(ts[tmp], self.end[tmp], nbytes[tmp]), _most_live(ts[bwd], self.end[bwd], nbytes[bwd]))
+                _most_live(ts[tmp], self.end[tmp], nbytes[tmp]), _most_live(ts[bwd], self.end[bwd], nbytes[bwd]),
+                self._over_kept(bwd))
+
+    def _over_kept(self, bwd: np.ndarray) -> float:
+        """The most, over the rank's backward stretches (its backward allocations between two forward blocks), of
+        the bytes live of what the backward allocates and of what the forward kept, over those kept when the stretch
+        begins: the backward's fullest over its micro-batches' kept bytes, net of what it has freed of them (the
+        micro-batches it does not run are held throughout). 0 without a backward."""
+        if not bwd.any():
+            return 0.0
+        on = bwd | self.keeps
+        t = np.concatenate([self.ts[on].astype(np.float64), self.end[on]])
+        d = np.concatenate([self.nbytes[on], -self.nbytes[on]])
+        order = np.lexsort((d, t))  # a free before an allocation at the same time
+        t, live = t[order], np.cumsum(d[order])
+        b_ts = self.ts[bwd]
+        stretch = np.searchsorted(self.starts, b_ts, side="right")  # the forward blocks started before it
+        best = 0.0
+        for k in np.unique(stretch):
+            t0 = float(b_ts[stretch == k].min())
+            t1 = float(self.starts[k]) if k < len(self.starts) else np.inf
+            i0, i1 = np.searchsorted(t, t0, side="left"), np.searchsorted(t, t1, side="left")
+            if i1 <= i0:
+                continue
+            before = live[i0 - 1] if i0 > 0 else 0.0
+            best = max(best, float(live[i0:i1].max()) - before)
+        return best
 
 
 def _median_per(key: np.ndarray, nbytes: np.ndarray) -> float:

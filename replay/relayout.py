@@ -468,13 +468,17 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     kp, unkept = _micro_batch_memory(run, g, facts, st, src, stages)
     outside = _outside_loss(run, facts.analyses) if new.sharding == "fsdp" and src.sharding != "fsdp" else {}
     if kp is not None:
+        split = ", not a checkpointed block's input" if facts.checkpointed else ""
         how = ("the run's own memory curve re-sized" if _same_schedule(src, new) else
                f"each stage's {new.schedule if new.pp > 1 else 'micro-batch'} schedule walked, its gradients held "
                "from the first backward on")
         notes.append(f"peak memory: a micro-batch keeps {kp.block:.0f} B a token a block, {kp.pre:.0f} before the "
                      f"blocks, {kp.post:.0f} after them (the run's [memory] events; tensor parallelism splits a "
-                     f"block's only); {how} (replay/activations.py)")
-    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept, outside)
+                     f"block's only{split}); {how} (replay/activations.py)")
+    # torch.distributed.pipelining's last stage keeps each micro-batch's output until the step ends, to merge them
+    retained = _output_per_token(run, facts.analyses) if new.pp > 1 and kp is not None else 0.0
+    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept, outside,
+                              checkpointed=bool(facts.checkpointed), retained=retained)
 
 
 def _micro_batch_memory(run, g, facts, st: Structure, src: Layout, stages: dict):
@@ -528,6 +532,26 @@ SELECT rank, ts_ns, end_ns FROM outer_loss UNION ALL SELECT rank, ts_ns, end_ns 
 """
 
 
+_OUTPUT_SQL = """
+SELECT median(CAST(json_extract(input_dims, '$[0]') AS BIGINT[])[-1]
+              * _tensor_dtype_bytes(_tensor_first_type(input_types))) AS bytes_per_token
+FROM events WHERE ph = 'X' AND cat = 'cpu_op' AND name IN ({names}) AND input_dims IS NOT NULL
+  AND json_array_length(json_extract(input_dims, '$[0]')) >= 2
+"""
+
+
+def _output_per_token(run, cache: dict) -> float:
+    """Bytes of the model's output per token: the loss's input (its last dimension, the vocabulary's logits, at its
+    element size); 0 without a loss with shapes in the trace. Kept in cache."""
+    from analyses.memory import _shapes_macros
+
+    if "_output_per_token" not in cache:
+        _shapes_macros(run)
+        got = run.sql(_OUTPUT_SQL.format(names=", ".join(f"'{n}'" for n in LOSS_OPS))).bytes_per_token.iloc[0]
+        cache["_output_per_token"] = 0.0 if pd.isna(got) else float(got)
+    return cache["_output_per_token"]
+
+
 def _outside_loss(run, cache: dict) -> dict:
     """Per (rank, device type, device id) whose peak is judged, whether each of its [memory] events is outside the
     loss (its operators, LOSS_OPS, and their backward nodes, by autograd sequence number): where an FSDP layout
@@ -565,6 +589,13 @@ def _tp_activations(src_tp: int, new_tp: int) -> float:
     tensor-parallel regions (TP_SPLIT_ACTIVATIONS) divides by the degree, the rest does not."""
     split = TP_SPLIT_ACTIVATIONS
     return ((1 - split) + split / new_tp) / ((1 - split) + split / src_tp)
+
+
+def _kept_split(plan: "Plan", tp_f: float) -> float:
+    """What tensor parallelism leaves of what a block keeps for the backward: its split of the activations (tp_f,
+    _tp_activations); all of it where the run checkpoints its blocks, which then keep their input only, whole on
+    every rank of a tensor-parallel group (Korthikanti et al. 2022: without sequence parallelism)."""
+    return 1.0 if plan.checkpointed else tp_f
 
 
 def _block_bytes(st: "Structure", w: Work) -> float:
@@ -661,16 +692,23 @@ def _same_schedule(a: Layout, b: Layout) -> bool:
                                                                            b.schedule if b.pp > 1 else None)
 
 
-def _stage_peak(kp, new: Layout, s: int, bounds: np.ndarray, tokens: float, tp_f: float, grads: float) -> float:
-    """Stage s of the new layout: its activations, transients and gradients at their fullest over its schedule
-    (activations.stage_peak), a micro-batch of `tokens` tokens."""
-    from .activations import schedule, stage_peak
+def _stage_peaks(kp, new: Layout, s: int, bounds: np.ndarray, tokens: float, tp_f: float, grads: float,
+                 tp_block: float, retained: float) -> tuple[float, float, float]:
+    """Stage s of the new layout: its activations, transients and gradients at their fullest over its schedule,
+    at a forward's end or a backward's start, in a backward past its head and at the first backward's end
+    (activations.stage_peaks), a
+    micro-batch of `tokens` tokens; tp_f: what tensor parallelism leaves of the transients, tp_block of what a
+    block keeps (_kept_split); retained: the bytes per token the last stage holds of each micro-batch until the step
+    ends (Plan.retained)."""
+    from .activations import schedule, stage_peaks
 
     last = s == new.pp - 1
-    keeps = kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, last, tp_f) * tokens
-    return stage_peak(schedule(new.pp, s, new.micro_batches, new.schedule), keeps,
+    keeps = kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, last, tp_block) * tokens
+    return stage_peaks(schedule(new.pp, s, new.micro_batches, new.schedule), keeps,
                       (kp.forward_last if last else kp.forward_rest) * tokens * tp_f,
-                      (kp.backward_last if last else kp.backward_rest) * tokens * tp_f, grads)
+                      (kp.backward_last if last else kp.backward_rest) * tokens * tp_f, grads,
+                      (kp.over_kept_last if last else kp.over_kept_rest) * tokens * tp_f,
+                      retained * tokens if last else 0.0, kp.post * tokens if last else 0.0)
 
 
 def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
@@ -689,17 +727,17 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     rest, an FSDP run's staged unsharded ones and a pipeline's accumulation transients aside (_gradients).
 
     Where the new layout runs a stage's micro-batches as the run does (_same_schedule): the largest, over the run's
-    [memory] events, of memory_category_timeline's categories each re-sized (a pipeline's rank as its own stage of
-    the new layout) (the new layout may peak elsewhere than
-    the run: an FSDP run in its backward, where its gathered parameters and gradients add up, DDP at the loss) --
-    activations by what a stage keeps over what the rank keeps (replay/activations.py: its blocks, the embedding's
-    output on the first stage, the head's on the last, the micro-batches in flight, _in_flight; tensor parallelism's
-    split of a block's, _tp_activations), what the forward does not keep for the backward (its temporaries, a
+    [memory] events, of memory_category_timeline's categories each re-sized, a pipeline's rank as its own stage of
+    the new layout (the new layout may peak elsewhere than the run: an FSDP run in its backward, where its gathered
+    parameters and gradients add up, DDP at the loss) -- activations by what a stage keeps over what the rank keeps
+    (replay/activations.py: its blocks, the embedding's output on the first stage, the head's on the last, the
+    micro-batches in flight, _in_flight; tensor parallelism's split of a block's, _tp_activations, none of a
+    checkpointed block's input, _kept_split), what the forward does not keep for the backward (its temporaries, a
     checkpoint's recompute) by the tokens and the split; other (the temporaries) by the tokens, as the memory
     what-ifs take it; communication buffers as measured where the new layout keeps what made them (_comm_kept).
     Otherwise (another pipeline depth, schedule or micro-batch count), each new stage's schedule walked
-    (activations.stage_peak) on the rank's largest state and gradients: the run's own curve holds its own
-    micro-batches in its own order."""
+    (activations.stage_peaks) on the rank's largest state and gradients, an FSDP layout's unsharded copies aside at
+    the last stage's loss: the run's own curve holds its own micro-batches in its own order."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
     top = peak_devices(run, cache)
@@ -710,6 +748,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     src, new, st, w = plan.src, plan.new, plan.structure, plan.work
     tokens = w.tokens * (src.dp * src.micro_batches) / (new.dp * new.micro_batches) * plan.batch_scale
     tp_f = _tp_activations(src.tp, new.tp)
+    tp_block = _kept_split(plan, tp_f)
     bounds = np.linspace(0, w.blocks, new.pp + 1).round().astype(int)
     block = _block_bytes(st, w)
     held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "optimizer_state")}
@@ -739,9 +778,18 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         act_src = cat.activations.to_numpy()
         if kp is not None and not _same_schedule(src, new):
             # another micro-batch schedule: each new stage's schedule walked (replay/activations.py), on this rank's
-            # state and gradients
-            best = float(state.max(initial=0.0)) + max(
-                _stage_peak(kp, new, s, bounds, tokens, tp_f, float(grads.max(initial=0.0))) for s in range(new.pp))
+            # state and gradients; the last stage's forward ends and backward starts are its loss's, where an FSDP
+            # layout holds none of its unsharded copies (FSDP2 gathers in a module's hooks, the loss runs outside
+            # them, and no block's gradients are staged yet): it holds them from its blocks' backward on, the head's
+            # bytes freed
+            state_all = float(state.max(initial=0.0))
+            state_loss = float((state - copies).max(initial=0.0)) if new.sharding == "fsdp" else state_all
+            best = 0.0
+            for s in range(new.pp):
+                ends, blocks, first_end = _stage_peaks(kp, new, s, bounds, tokens, tp_f,
+                                                       float(grads.max(initial=0.0)), tp_block, plan.retained)
+                best = max(best, (state_loss if s == new.pp - 1 else state_all) + ends,
+                           state_all + max(blocks, first_end))
             rows.append((int(r), int(dt), int(di), int(peak), int(round(best))))
             continue
         # the run's own curve: what a stage keeps (replay/activations.py: its blocks, the embedding's output on the
@@ -759,8 +807,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         same_depth = src.pp == new.pp > 1 and int(r) in plan.stages
         for s in ([stage_src] if same_depth else range(new.pp)):
             if own > 0:
-                act = ((act_src - unkept) * (kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, s == new.pp - 1, tp_f)
-                                           * tokens * _in_flight(new, s)) / own
+                act = ((act_src - unkept) * (kp.micro_batch(bounds[s + 1] - bounds[s], s == 0, s == new.pp - 1,
+                                                            tp_block) * tokens * _in_flight(new, s)) / own
                        + unkept * tokens / w.tokens * tp_f)
             else:
                 act = (act_src * (tokens / w.tokens) * tp_f * _in_flight(new, s) / _in_flight(src, stage_src)
@@ -787,3 +835,8 @@ class Plan:
     # (rank, device type, device id) -> whether each event is outside the loss, where an FSDP layout holds unsharded
     # parameters (a layout of FSDP from a run without it; _outside_loss)
     outside_loss: dict = field(default_factory=dict)
+    # the run recomputes its blocks (activation checkpointing): a block keeps its input only (_kept_split)
+    checkpointed: bool = False
+    # bytes per token of a micro-batch the new layout's last stage holds after its backward, until the step ends:
+    # the model's output, which torch.distributed.pipelining keeps to merge (_output_per_token); 0 without a pipeline
+    retained: float = 0.0

@@ -143,6 +143,21 @@ def test_a_pipelines_accumulation_transients_are_not_resized_as_its_share():
     assert relayout._gradients(flat, w, ddp, tp, 800.0, 30.0).tolist() == (flat / 2).tolist()
 
 
+@pytest.mark.parametrize("sample, checkpointed", [("ddp_ckpt_full", True), ("ddp_ckpt_none", False)])
+def test_a_checkpointed_blocks_input_is_whole_on_every_tensor_parallel_rank(tmp_path, sample, checkpointed):
+    # a checkpointed block keeps its input only, which tensor parallelism (without sequence parallelism) does not
+    # split: the memory runs' TP and DDP blocks with checkpointing both keep 512 B a token (d_model 128, fp32).
+    # Split as a whole block's activations, a pipeline -> TP peak was 17% under and TP -> GPipe 11% over
+    tp_f = relayout._tp_activations(1, 2)
+    assert tp_f == pytest.approx((10 + 24 / 2) / 34)
+    with tracekit.open(str(REPO / "sample_traces" / "memory" / sample), store=str(tmp_path / "st")) as run:
+        t = whatif(run, [scenario_from_dict({"name": "x", "parallelism": {"dp": 1, "tp": 2, "pp": 1}}, "x")])
+    note = [n for n in t.attrs["notes"]["x"] if n.startswith("peak memory:")]
+    assert len(note) == 1 and ("not a checkpointed block's input" in note[0]) == checkpointed
+    plan = relayout.Plan(*[None] * 4, checkpointed=checkpointed)
+    assert relayout._kept_split(plan, tp_f) == (1.0 if checkpointed else tp_f)
+
+
 def test_an_fsdp_layout_holds_no_unsharded_parameters_while_the_loss_runs(tmp_path):
     # FSDP2 gathers a module's parameters in its hooks; the loss runs on the model's output, outside them (the
     # memory runs' FSDP x TP rank holds none at the loss's backward, where DDP peaks): the events inside the

@@ -44,6 +44,65 @@ def test_a_stage_peaks_where_its_kept_micro_batches_and_gradients_add_up():
     assert stage_peak(schedule(2, 0, 4, "gpipe"), 10, 1, 2, 5) >= stage_peak(schedule(2, 0, 4, "1f1b"), 10, 1, 2, 5)
 
 
+def test_a_backward_peaks_over_what_it_keeps_net_of_what_it_has_freed():
+    # the backward's transient 8 on top of the whole micro-batch's 10 held would be 18; freeing 5 of the 10 (the
+    # head's logits) before the transient peaks holds 13: the walk takes the backward's fullest over its kept
+    assert stage_peak(["F", "B"], 10, 0, 8, 0) == 18
+    assert stage_peak(["F", "B"], 10, 0, 8, 0, over_kept=3) == 13
+    # the first backward's end (its micro-batch freed, the gradients full) takes the transient itself
+    assert stage_peak(["F", "B"], 10, 0, 8, 6, over_kept=3) == 14
+
+
+def test_a_pipelines_last_stage_holds_each_micro_batchs_output_until_the_step_ends():
+    # torch.distributed.pipelining's last stage keeps every micro-batch's output to merge them (the memory runs'
+    # 1F1B batch 16 last stage held four 512 KiB logits at its peak): 3 of a micro-batch's 10 stay after its
+    # backward. 1F1B's last stage, 2 micro-batches, gradients 1: F 10, B 12, the first's end 3 + 1 + 2, F 14, B 16
+    ops = schedule(2, 1, 2, "1f1b")
+    assert stage_peak(ops, 10, 0, 2, 1) == 13
+    assert stage_peak(ops, 10, 0, 2, 1, retained=3) == 16
+    from replay.activations import stage_peaks
+
+    assert stage_peaks(ops, 10, 0, 2, 1, retained=3) == (16, 16, 6)
+
+
+def test_the_models_output_per_token_is_the_losss_input(tmp_path):
+    from replay import relayout
+
+    from .conftest import REPO
+
+    # the bundled DDP sample's cross-entropy reads 256 tokens' logits over a 512-word vocabulary, fp32
+    with tracekit.open(str(REPO / "sample_traces" / "memory" / "ddp_ckpt_none"), store=str(tmp_path / "s")) as run:
+        assert relayout._output_per_token(run, {}) == 512 * 4
+
+
+def test_the_backward_over_kept_is_measured_net_of_the_kept_bytes_it_frees():
+    import numpy as np
+
+    from replay.activations import _Placed
+    from replay.memory import BACKWARD, FORWARD
+
+    # two forward blocks (0-50, 100-150); kept: 100 B in the first block (freed at 300), 200 B after the second
+    # (the head's, freed at 220 by the backward); the backward allocates 150 B at 210 (to 230) and 180 at 225 (to
+    # 235): 450 live at 210 over 300 kept when it began -> 150; its transient alone is 330 (at 225)
+    ts = np.array([10, 160, 210, 225], np.int64)
+    end = np.array([300, 220, 230, 235], np.float64)
+    phase = np.array([FORWARD, FORWARD, BACKWARD, BACKWARD], np.int8)
+    keeps = np.array([True, True, False, False])
+    p = _Placed(np.array([0, 100], np.int64), np.array([50, 150], np.int64), ts, end,
+                np.array([100.0, 200.0, 150.0, 180.0]), np.array(["activations"] * 4, object), phase, keeps.copy(),
+                keeps)
+    got = p.kept()
+    assert got[4] == 330.0 and got[5] == 150.0
+    # two backward stretches (a 1F1B stage's: a forward block between them) are each measured from their start
+    ts2 = np.append(ts, [420, 430, 440])
+    end2 = np.append(end, [500, 445, 450])
+    p2 = _Placed(np.array([0, 100, 400], np.int64), np.array([50, 150, 410], np.int64), ts2, end2,
+                 np.array([100.0, 200.0, 150.0, 180.0, 40.0, 500.0, 30.0]), np.array(["activations"] * 7, object),
+                 np.append(phase, [FORWARD, BACKWARD, BACKWARD]).astype(np.int8),
+                 np.append(keeps, [True, False, False]), np.append(keeps, [True, False, False]))
+    assert p2._over_kept(p2.phase == BACKWARD) == 530.0  # 40 kept, then 500 + 30 on top
+
+
 @pytest.fixture(scope="module")
 def pipeline_pair(tmp_path_factory):
     """The small transformer recorded with [memory] events on 2 ranks as DDP and as a GPipe pipeline (4
