@@ -41,9 +41,9 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 VIEW_OPS = ("aten::view", "aten::reshape", "aten::transpose", "aten::t", "aten::as_strided", "aten::slice",
             "aten::select", "aten::expand", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::detach",
             "aten::_unsafe_view", "aten::alias", "aten::empty")
-# the calls of a collective on a CPU thread: c10d operators, functional collectives, gloo's and NCCL's annotations
 # Kineto's names of the integer types an index tensor has (token ids, targets, positions)
 INDEX_TYPES = ("long int", "int")
+# the calls of a collective on a CPU thread: c10d operators, functional collectives, gloo's and NCCL's annotations
 COLL_CALL_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "gloo:", "nccl:", "record_param_comms")
 # a block's repeats must cover at least this share of the forward's ops that the best period covers
 BLOCK_COVERAGE = 0.9

@@ -696,10 +696,9 @@ def _stage_peaks(kp, new: Layout, s: int, bounds: np.ndarray, tokens: float, tp_
                  tp_block: float, retained: float) -> tuple[float, float, float]:
     """Stage s of the new layout: its activations, transients and gradients at their fullest over its schedule,
     at a forward's end or a backward's start, in a backward past its head and at the first backward's end
-    (activations.stage_peaks), a
-    micro-batch of `tokens` tokens; tp_f: what tensor parallelism leaves of the transients, tp_block of what a
-    block keeps (_kept_split); retained: the bytes per token the last stage holds of each micro-batch until the step
-    ends (Plan.retained)."""
+    (activations.stage_peaks), a micro-batch of `tokens` tokens; tp_f: what tensor parallelism leaves of the
+    transients, tp_block of what a block keeps (_kept_split); retained: the bytes per token the last stage holds of
+    each micro-batch until the step ends (Plan.retained)."""
     from .activations import schedule, stage_peaks
 
     last = s == new.pp - 1
