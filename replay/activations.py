@@ -162,14 +162,17 @@ def _phase_at(g, facts: OpFacts, rank: int, ts: np.ndarray) -> np.ndarray:
     return phase
 
 
-def _most_live(ts: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> float:
-    """The most bytes live at once of blocks allocated at ts and ended at end (inf: never)."""
-    if not len(ts):
-        return 0.0
+def _live(ts: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the times, sorted, the bytes live after each) of blocks allocated at ts and ended at end (inf: never)."""
     t = np.concatenate([ts.astype(np.float64), end])
     d = np.concatenate([nbytes, -nbytes])
     order = np.lexsort((d, t))  # a free before an allocation at the same time
-    return float(np.cumsum(d[order]).max(initial=0.0))
+    return t[order], np.cumsum(d[order])
+
+
+def _most_live(ts: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> float:
+    """The most bytes live at once of blocks allocated at ts and ended at end (inf: never)."""
+    return float(_live(ts, end, nbytes)[1].max(initial=0.0))
 
 
 @dataclass
@@ -257,10 +260,7 @@ class _Placed:
         if not bwd.any():
             return 0.0
         on = bwd | self.keeps
-        t = np.concatenate([self.ts[on].astype(np.float64), self.end[on]])
-        d = np.concatenate([self.nbytes[on], -self.nbytes[on]])
-        order = np.lexsort((d, t))  # a free before an allocation at the same time
-        t, live = t[order], np.cumsum(d[order])
+        t, live = _live(self.ts[on], self.end[on], self.nbytes[on])
         b_ts = self.ts[bwd]
         stretch = np.searchsorted(self.starts, b_ts, side="right")  # the forward blocks started before it
         best = 0.0

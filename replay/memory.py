@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
+from tracekit.store.devices import sql_in
 
 CHECKPOINTING = ("none", "full")
 
@@ -88,13 +89,14 @@ SELECT e.rank, e.tid, e.event_id, e.cat, e.name, e.ts_ns, e.dur_ns, coalesce(e.s
                                               AS VARCHAR[])),
                                 lambda x: (json_array_length(x[1]) >= 2
                                            AND NOT list_contains(coalesce(p.shapes, []), x[1]))
-                                          OR (starts_with(e.name, 'aten::') AND x[2] IN ({index_types})
+                                          OR (starts_with(e.name, 'aten::') AND x[2] IN {index_types}
                                               AND json_array_length(x[1]) >= 1 AND x[1] <> '[1]'))) > 0,
                 false) AS act
 FROM events e LEFT JOIN p USING (rank)
 WHERE e.ph = 'X' AND e.cat IN ('cpu_op', 'user_annotation', 'cuda_runtime', 'cuda_driver')
   AND e.dur_ns IS NOT NULL
 """
+_EVENTS_SQL = _EVENTS_SQL.format(index_types=sql_in(INDEX_TYPES))
 
 
 @dataclass
@@ -132,7 +134,7 @@ class OpFacts:
 
 
 def op_facts(run, g) -> OpFacts:
-    ev = run.sql(_EVENTS_SQL.format(index_types=", ".join(f"'{t}'" for t in INDEX_TYPES)))
+    ev = run.sql(_EVENTS_SQL)
     opt = run.sql("SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE ph = 'X' AND "
                   "(name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%')")
     n = len(g.kind)

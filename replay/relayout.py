@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.memory import CATEGORIES
+from tracekit.store.devices import sql_in
 
 from .checks import ScenarioError
 from .costs import P2P_OPS, flat_coefficients
@@ -510,7 +511,7 @@ LOSS_OPS = ("aten::cross_entropy_loss", "aten::nll_loss_nd", "aten::nll_loss", "
 _LOSS_SPANS_SQL = """
 WITH loss AS (
     SELECT rank, tid, ts_ns, ts_ns + dur_ns AS end_ns FROM events
-    WHERE ph = 'X' AND cat = 'cpu_op' AND name IN ({names}) AND dur_ns IS NOT NULL),
+    WHERE ph = 'X' AND cat = 'cpu_op' AND name IN {names} AND dur_ns IS NOT NULL),
 outer_loss AS (  -- the outermost: a loss op inside another is the other's
     SELECT l.* FROM loss l WHERE NOT EXISTS (
         SELECT 1 FROM loss o WHERE o.rank = l.rank AND o.tid = l.tid AND o.ts_ns <= l.ts_ns AND o.end_ns >= l.end_ns
@@ -529,15 +530,15 @@ nodes AS (  -- their backward nodes, with the engine's evaluate_function around 
     WHERE b.ph = 'X' AND b.cat = 'cpu_op' AND contains(b.name, 'Backward') AND NOT starts_with(b.name, 'autograd::')
     GROUP BY b.rank, b.ts_ns, b.dur_ns)
 SELECT rank, ts_ns, end_ns FROM outer_loss UNION ALL SELECT rank, ts_ns, end_ns FROM nodes
-"""
+""".format(names=sql_in(LOSS_OPS))
 
 
 _OUTPUT_SQL = """
 SELECT median(CAST(json_extract(input_dims, '$[0]') AS BIGINT[])[-1]
               * _tensor_dtype_bytes(_tensor_first_type(input_types))) AS bytes_per_token
-FROM events WHERE ph = 'X' AND cat = 'cpu_op' AND name IN ({names}) AND input_dims IS NOT NULL
+FROM events WHERE ph = 'X' AND cat = 'cpu_op' AND name IN {names} AND input_dims IS NOT NULL
   AND json_array_length(json_extract(input_dims, '$[0]')) >= 2
-"""
+""".format(names=sql_in(LOSS_OPS))
 
 
 def _output_per_token(run, cache: dict) -> float:
@@ -547,7 +548,7 @@ def _output_per_token(run, cache: dict) -> float:
 
     if "_output_per_token" not in cache:
         _shapes_macros(run)
-        got = run.sql(_OUTPUT_SQL.format(names=", ".join(f"'{n}'" for n in LOSS_OPS))).bytes_per_token.iloc[0]
+        got = run.sql(_OUTPUT_SQL).bytes_per_token.iloc[0]
         cache["_output_per_token"] = 0.0 if pd.isna(got) else float(got)
     return cache["_output_per_token"]
 
@@ -564,7 +565,7 @@ def _outside_loss(run, cache: dict) -> dict:
         return cache["_outside_loss"]
     if not has_memory_events(run):
         return {}
-    spans = run.sql(_LOSS_SPANS_SQL.format(names=", ".join(f"'{n}'" for n in LOSS_OPS)))
+    spans = run.sql(_LOSS_SPANS_SQL)
     out = cache["_outside_loss"] = {}
     for key, x in _category_series(run, cache).items():
         t = x.index.to_numpy(np.int64)
