@@ -17,8 +17,9 @@ The step of a layout (`step_ns`), per pipeline stage, on the source's own work:
   reduce-scatter of the gradients and an all-gather of the updated parameters; fsdp (pipeline 1, one micro-batch):
   per block and for the rest of the model an all-gather before its forward and again before its backward and a
   reduce-scatter after it, on one communication stream beside the computation (the engine);
-- the optimizer follows the bytes it updates (/ dp' when sharded), gradient accumulation the gradients a rank
-  holds, a micro-batch at a time; the rest of the step (data loading, ...) is kept;
+- the optimizer: its ops' floors, a set per parameter tensor a rank updates (/ pp'), and the rest by the bytes it
+  updates (/ dp' when sharded); gradient accumulation the gradients a rank holds, a micro-batch at a time; the rest
+  of the step (data loading, ...) is kept;
 - a tensor subclass's dispatch (DTensor's, as the run spent it: structure) is spent by a layout whose activations
   (tp' > 1) or parameters (tp' > 1, fsdp, replicate) are DTensors, and by no other; FSDP's own work (its FSDP::
   ranges) by a layout FSDP2 runs (fsdp, replicate), and by no other;
@@ -176,7 +177,7 @@ class Work:
     post: np.ndarray
     blocks: int  # the model's blocks
     tokens: float  # a source rank's micro-batch tokens
-    optimizer_ns_per_byte: float
+    optimizer_ns_per_byte: float  # beyond the floor
     params_ns_per_byte: float  # gradient accumulation and hooks, per gradient byte a micro-batch
     other_ns: float
     glue_ns_per_coll: float  # DTensor glue a tensor-parallel collective costs the source (0 without)
@@ -187,6 +188,7 @@ class Work:
     # optimizer's a step; spent only by a layout whose activations (tp > 1) or parameters (tp > 1, fsdp) are DTensors
     wrapper: np.ndarray = field(default_factory=lambda: np.zeros((2, 3)))
     optimizer_wrapper_ns: float = 0.0
+    optimizer_floor_ns: float = 0.0  # the whole model's optimizer floors (its ops' floors and gaps: a set per tensor)
     sharding_ns: float = 0.0  # FSDP's own work a step (structure: its FSDP:: ranges), spent by an fsdp layout
 
     @property
@@ -222,10 +224,11 @@ def work(st: Structure, src: Layout, dp_bucket_bytes: list) -> Work:
     for wh in (PRE, POST):
         wrap[:, wh] = max((w.wrapper[:, wh] for w in ranks), key=lambda a: a.sum()) / src.micro_batches
     opt_wrap = float(np.mean([w.optimizer_wrapper_ns for w in ranks])) * src.pp  # the whole model's
+    opt_floor = float(np.mean([w.optimizer_floor_ns for w in ranks])) * src.pp
     return Work(blk, pre, post, blocks, float(st.tokens), float(opt), float(par),
                 float(np.mean([w.other_ns for w in ranks])), float(glue), float(np.mean(calls)) if calls else 0.0,
                 float(model_bytes), [b / total for b in dp_bucket_bytes] if total > 0 else [], wrap, opt_wrap,
-                float(np.mean([w.sharding_ns for w in ranks])))
+                opt_floor, float(np.mean([w.sharding_ns for w in ranks])))
 
 
 def _tp_colls(st: Structure, lay: Layout) -> float:
@@ -264,7 +267,9 @@ def step_ns(st: Structure, w: Work, lay: Layout, src: Layout, costs: Costs, batc
     grads = w.model_bytes / (lay.tp * lay.pp)
     shard = lay.dp if lay.sharding not in WHOLE_SHARDINGS else 1
     dtensor_params = lay.tp > 1 or lay.sharding in FSDP2_SHARDINGS
-    parts = {"optimizer_ns": w.optimizer_ns_per_byte * grads / shard
+    # a rank's optimizer: a floor per parameter tensor it updates (a stage's share of the model's; a shard is a tensor
+    # still), the rest by the bytes
+    parts = {"optimizer_ns": w.optimizer_floor_ns / lay.pp + w.optimizer_ns_per_byte * grads / shard
              + (w.optimizer_wrapper_ns / lay.pp if dtensor_params else 0.0),
              "accumulate_ns": w.params_ns_per_byte * grads * lay.micro_batches,
              "other_ns": w.other_ns,

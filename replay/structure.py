@@ -21,7 +21,8 @@ From the dependency graph and op_facts (replay/memory.py), per rank and profiled
 - a tensor subclass's dispatch: an op holding a nested op of its own name through `PythonSubclass` (DTensor's
   aten::addmm -> PythonSubclass -> aten::addmm on the local shard) spent the difference dispatching;
 - on a GPU rank, an op's work is the compute kernels it launched (the step follows the device);
-- the optimizer (follows the parameters a rank holds) and the rest of the step (data loading, hooks: kept);
+- the optimizer: its ops' floors (a set per parameter tensor) and the rest, which follows the bytes a rank holds;
+  the rest of the step (data loading, hooks: kept);
 - shapes: tokens and hidden size of a micro-batch at a block boundary (what a pipeline stage sends and a
   tensor-parallel all-reduce carries), element bytes, the bytes each rank's optimizer updates (analyses
   parameter_bytes) and the gradients AccumulateGrad receives (a DTensor's global shape: the model's parameters), a
@@ -36,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
+from analyses.intervals import union_spans
 
 from .memory import BACKWARD, BACKWARD_PREFIX, COLL_CALL_PREFIXES, FORWARD, OPTIMIZER, OpFacts
 
@@ -66,7 +68,8 @@ class RankWork:
     blocks: int  # blocks a micro-batch of this rank runs (its stage's)
     # [phase (0 forward, 1 backward)][where (pre, block, post)][split (0 kept, 1 divided by tp)] -> (floor, rest)
     work: np.ndarray = field(default_factory=lambda: np.zeros((2, 3, 2, 2)))
-    optimizer_ns: float = 0.0
+    optimizer_ns: float = 0.0  # its work beyond the floor (what follows the bytes it updates)
+    optimizer_floor_ns: float = 0.0  # its ops' floors and the thread's gaps between them (one set per tensor)
     params_ns: float = 0.0  # parameter-sized work outside the optimizer (gradient accumulation, hooks)
     other_ns: float = 0.0  # the rest of the step (data loading, ...): kept
     # a tensor subclass's dispatch (DTensor's): per [phase][where] and in the optimizer, ns a step (module docstring)
@@ -210,7 +213,8 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
     bare = pd.Series(names).str.removeprefix(BACKWARD_PREFIX + " ")
     glue = cpu & in_step & bare.isin(TP_GLUE).to_numpy()
     call = cpu & in_step & bare.str.startswith(COLL_CALL_PREFIXES).to_numpy()
-    sharding = cpu & in_step & _inside(g, run, "FSDP::")
+    sharding, in_fsdp = _inside(g, run, "FSDP::")
+    sharding &= cpu & in_step
     aside = glue | call | sharding
     floor = np.zeros(len(g.kind))
     for r, f in facts.floor_ns.items():
@@ -226,6 +230,10 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
     wrap = _wrapper_ns(g, ev, cpu)
     wrap = np.minimum(wrap, dur - floor)
     rest = dur - floor - wrap
+    # FSDP's own work inside another node (its post-backward reduce, its pre-backward unshard): FSDP's, not the node's
+    held = np.where(cpu & in_step & ~aside, np.minimum(in_fsdp, rest + floor), 0.0)
+    floor -= np.maximum(held - rest, 0)
+    rest -= np.minimum(held, rest)
     floor = floor + gap
     out = {}
     n_steps = 0
@@ -248,13 +256,14 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
         mapped = w.work[1].sum(axis=2)
         share = mapped / mapped.sum() if mapped.sum() > 0 else np.array([[0, 1], [0, 0], [0, 0]], float)[:, :2]
         w.work[1] += share[..., None] * np.array([floor[tok].sum(), rest[tok].sum()]) / k if mapped.sum() > 0 else 0
-        busy = dur + gap
+        busy = dur + gap - held
         w.params_ns = float(busy[um & ~facts.act].sum()) / k
         opt = cpu & rr & in_step & (facts.phase == OPTIMIZER)
         w.optimizer_wrapper_ns = float(wrap[opt].sum()) / k
-        w.optimizer_ns = float(busy[opt].sum()) / k - w.optimizer_wrapper_ns
+        w.optimizer_floor_ns = float(floor[opt].sum()) / k
+        w.optimizer_ns = float(rest[opt].sum()) / k
         w.tp_glue_ns = float(busy[glue & rr].sum()) / k
-        w.sharding_ns = float(busy[sharding & rr & ~glue & ~call].sum()) / k
+        w.sharding_ns = float(busy[sharding & rr & ~glue & ~call].sum() + held[rr].sum()) / k
         w.coll_call_ns = float(busy[call & rr].sum()) / k
         known = fwd | bwd | aside | (facts.phase == OPTIMIZER)
         w.other_ns = float(busy[cpu & rr & in_step & ~known].sum()) / k
@@ -270,19 +279,31 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
                      largest_grad_bytes=largest)
 
 
-def _inside(g, run, prefix: str) -> np.ndarray:
-    """Per graph node: it starts inside a record_function range whose name starts with prefix, on its rank."""
+def _inside(g, run, prefix: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per graph node: (it starts inside a record_function range whose name starts with prefix, on its rank; the ns
+    of its span such ranges cover). A node can hold such a range without starting in one: FSDP2's post-backward
+    reduce runs inside the autograd node of its RegisterPostBackwardFunction, its pre-backward inside the node of the
+    block output's grad_fn."""
     spans = run.sql("SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE ph = 'X' AND "
                     "cat = 'user_annotation' AND starts_with(name, $p) AND dur_ns IS NOT NULL", {"p": prefix})
-    out = np.zeros(len(g.kind), bool)
+    starts = np.zeros(len(g.kind), bool)
+    covered = np.zeros(len(g.kind))
     for r, x in spans.groupby("rank"):
-        x = x.sort_values("ts_ns")
-        s0, reach = x.ts_ns.to_numpy(np.int64), np.maximum.accumulate(x.end_ns.to_numpy(np.int64))
+        s0, e0 = union_spans(x.ts_ns.to_numpy(np.int64), x.end_ns.to_numpy(np.int64))
+        before = np.r_[0, np.cumsum(e0 - s0)]  # the ranges' ns before each span
+
+        def upto(t):  # the ranges' ns before time t
+            i = np.searchsorted(s0, t, side="right") - 1
+            inside = np.where(i >= 0, np.minimum(t, e0[np.maximum(i, 0)]) - s0[np.maximum(i, 0)], 0)
+            return before[np.maximum(i, 0)] * (i >= 0) + np.maximum(inside, 0)
+
         mine = np.flatnonzero(g.rank == r)
-        at = np.searchsorted(s0, g.start_ns[mine], side="right") - 1
+        a = g.start_ns[mine].astype(np.int64)
+        at = np.searchsorted(s0, a, side="right") - 1
         ok = at >= 0
-        out[mine[ok]] = g.start_ns[mine[ok]] < reach[at[ok]]
-    return out
+        starts[mine[ok]] = a[ok] < e0[at[ok]]
+        covered[mine] = upto(a + g.dur_ns[mine].astype(np.int64)) - upto(a)
+    return starts, covered
 
 
 def _wrapper_ns(g, ev: pd.DataFrame, cpu: np.ndarray) -> np.ndarray:

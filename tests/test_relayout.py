@@ -207,3 +207,54 @@ def test_fsdps_unsharded_copies_are_in_an_fsdp_layouts_peak_only(tmp_path):
     with tracekit.open(str(tmp_path / "ddp"), store=str(tmp_path / "st_ddp")) as ddp:
         truth = int(analyses.memory_peak(ddp).peak_allocated_bytes.max())
     assert t.loc["ddp", "predicted_peak_alloc_bytes"] == pytest.approx(truth, rel=0.10)
+
+
+def test_fsdps_own_work_held_inside_another_node_is_told_apart(tmp_path):
+    # FSDP2's post-backward reduce runs inside the autograd node of its RegisterPostBackwardFunction and its
+    # pre-backward unshard inside the node of a block output's grad_fn: those nodes do not start inside an FSDP::
+    # range, yet the time the range covers is FSDP's own work, which only a layout FSDP2 runs spends
+    from types import SimpleNamespace
+
+    from replay.structure import _inside
+
+    from .conftest import write_trace
+
+    def rng(name, ts, dur):
+        return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    write_trace(tmp_path / "t" / "rank0.json", [
+        rng("ProfilerStep#1", 0, 1000),
+        rng("FSDP::post_backward_reduce (layers.0)", 120, 50),
+        rng("FSDP::pre_backward (layers.0)", 150, 40),  # overlaps the one before: their union counts once
+        rng("FSDP::pre_forward (layers.1)", 300, 20)])
+    run = tracekit.open(str(tmp_path / "t"), store=str(tmp_path / "st"))
+    # graph nodes (us -> ns): one holding two ranges, one starting inside one, one running past one's end, one apart
+    start = np.array([100, 130, 310, 400]) * 1000
+    dur = np.array([100, 10, 30, 10]) * 1000
+    g = SimpleNamespace(rank=np.zeros(4, np.int64), start_ns=start, dur_ns=dur, kind=np.zeros(4, np.int8))
+    starts, covered = _inside(g, run, "FSDP::")
+    assert starts.tolist() == [False, True, True, False]
+    assert covered.tolist() == [70_000, 10_000, 10_000, 0]
+
+
+def test_an_optimizers_floors_follow_its_tensors_and_the_rest_its_bytes(samples):
+    # Adam on CPU runs a handful of ops per parameter tensor: a shard is a tensor still (FSDP, TP), a pipeline stage
+    # updates its share of them; only the time beyond the ops' floors follows the bytes a rank updates
+    run = samples["fsdp_2hosts_100mbit"]
+    g = depgraph.build(run)
+    facts = memory.op_facts(run, g)
+    src, tl = relayout.source_layout(run, g, facts)
+    st = structure(run, g, facts, src.micro_batches)
+    assert all(w.optimizer_floor_ns > 0 and w.optimizer_ns > 0 for w in st.ranks.values())
+    w = relayout.work(st, src, [])
+    from replay.links import INTER, INTRA, LinkParams
+
+    costs = relayout.Costs(LinkParams({INTER: 0.05, INTRA: 1.0}, {INTER: 1e5, INTRA: 1e4}), 1)
+    # (FSDP2's parameters are DTensors: their dispatch on top; DDP's and a pipeline's are plain tensors)
+    lays = {relayout.Layout(2, sharding="fsdp"): w.optimizer_wrapper_ns, relayout.Layout(2): 0.0,
+            relayout.Layout(1, pp=2, micro_batches=2): 0.0}
+    parts = {lay: relayout.step_ns(st, w, lay, src, costs)["optimizer_ns"] - wrap for lay, wrap in lays.items()}
+    sharded, whole, staged = parts.values()
+    floor = w.optimizer_floor_ns
+    assert sharded - floor == pytest.approx((whole - floor) / 2)
+    assert staged == pytest.approx(floor / 2 + (sharded - floor))
