@@ -481,8 +481,10 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
         notes.append(f"peak memory: a micro-batch keeps {kp.block:.0f} B a token a block, {kp.pre:.0f} before the "
                      f"blocks, {kp.post:.0f} after them (the run's [memory] events; tensor parallelism splits a "
                      f"block's only{split}); {how} (replay/activations.py)")
-    # torch.distributed.pipelining's last stage keeps each micro-batch's output until the step ends, to merge them
-    retained = _output_per_token(run, facts.analyses) if new.pp > 1 and kp is not None else 0.0
+    # torch.distributed.pipelining's last stage keeps each micro-batch's output until the step ends, to merge them;
+    # a layout without a pipeline re-laid out from a pipeline run holds its output as long (the run's loop holds the
+    # step's outputs; a loop over one model's output holds it until the step ends as `out = model(x)` does)
+    retained = _output_per_token(run, facts.analyses) if max(new.pp, src.pp) > 1 and kp is not None else 0.0
     return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept, outside,
                               checkpointed=bool(facts.checkpointed), retained=retained)
 
@@ -670,10 +672,15 @@ def _state_parameters(ms: pd.DataFrame, rank: int, device_type: int, device_id: 
 
 def _comm_kept(src: Layout, new: Layout) -> float:
     """The share of the run's communication buffers the new layout keeps: FSDP2's gradient staging (fsdp's
-    reduce-scatter, replicate's all-reduce) where FSDP2 still runs, tensor parallelism's collective outputs where it
-    still splits tensors (a data-parallel all-reduce works in place)."""
+    reduce-scatter, replicate's all-reduce) where FSDP2 still runs, split by the new tensor parallelism from a run
+    without it; tensor parallelism's collective outputs where it still splits tensors (a data-parallel all-reduce
+    works in place)."""
     gone = (src.sharding in FSDP2_SHARDINGS and new.sharding not in FSDP2_SHARDINGS) or (src.tp > 1 and new.tp == 1)
-    return 0.0 if gone else 1.0
+    if gone:
+        return 0.0
+    # a run of FSDP2 without tensor parallelism holds FSDP2's staging only: a block's unsharded gradients, which
+    # tensor parallelism splits
+    return src.tp / new.tp if src.sharding in FSDP2_SHARDINGS and src.tp == 1 else 1.0
 
 
 def _category_series(run, cache: dict) -> dict:
@@ -843,5 +850,6 @@ class Plan:
     # the run recomputes its blocks (activation checkpointing): a block keeps its input only (_kept_split)
     checkpointed: bool = False
     # bytes per token of a micro-batch the new layout's last stage holds after its backward, until the step ends:
-    # the model's output, which torch.distributed.pipelining keeps to merge (_output_per_token); 0 without a pipeline
+    # the model's output, which torch.distributed.pipelining keeps to merge (_output_per_token), and a layout without
+    # a pipeline from a pipeline run as long; 0 where neither has a pipeline (the run's own curve shows its loop's)
     retained: float = 0.0
