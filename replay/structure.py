@@ -231,7 +231,9 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
     wrap = np.minimum(wrap, dur - floor)
     rest = dur - floor - wrap
     # FSDP's own work inside another node (its post-backward reduce, its pre-backward unshard): FSDP's, not the node's
-    held = np.where(cpu & in_step & ~aside, np.minimum(in_fsdp, rest + floor), 0.0)
+    # (on a CPU rank, where a node's work is its time; a GPU rank's is its kernels', which the range's time is not)
+    on_cpu = ~np.isin(g.rank, list(facts.kernel_floor_ns))
+    held = np.where(cpu & in_step & ~aside & on_cpu, np.minimum(in_fsdp, rest + floor), 0.0)
     floor -= np.maximum(held - rest, 0)
     rest -= np.minimum(held, rest)
     floor = floor + gap

@@ -243,7 +243,7 @@ def test_an_optimizers_floors_follow_its_tensors_and_the_rest_its_bytes(samples)
     run = samples["fsdp_2hosts_100mbit"]
     g = depgraph.build(run)
     facts = memory.op_facts(run, g)
-    src, tl = relayout.source_layout(run, g, facts)
+    src, _ = relayout.source_layout(run, g, facts)
     st = structure(run, g, facts, src.micro_batches)
     assert all(w.optimizer_floor_ns > 0 and w.optimizer_ns > 0 for w in st.ranks.values())
     w = relayout.work(st, src, [])
