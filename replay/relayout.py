@@ -680,7 +680,7 @@ def _comm_kept(src: Layout, new: Layout) -> float:
         return 0.0
     # a run of FSDP2 without tensor parallelism holds FSDP2's staging only: a block's unsharded gradients, which
     # tensor parallelism splits
-    return src.tp / new.tp if src.sharding in FSDP2_SHARDINGS and src.tp == 1 else 1.0
+    return 1.0 / new.tp if src.sharding in FSDP2_SHARDINGS and src.tp == 1 else 1.0
 
 
 def _category_series(run, cache: dict) -> dict:

@@ -292,19 +292,18 @@ def _inside(g, run, prefix: str) -> tuple[np.ndarray, np.ndarray]:
     covered = np.zeros(len(g.kind))
     for r, x in spans.groupby("rank"):
         s0, e0 = union_spans(x.ts_ns.to_numpy(np.int64), x.end_ns.to_numpy(np.int64))
-        before = np.r_[0, np.cumsum(e0 - s0)]  # the ranges' ns before each span
-
-        def upto(t):  # the ranges' ns before time t
-            i = np.searchsorted(s0, t, side="right") - 1
-            inside = np.where(i >= 0, np.minimum(t, e0[np.maximum(i, 0)]) - s0[np.maximum(i, 0)], 0)
-            return before[np.maximum(i, 0)] * (i >= 0) + np.maximum(inside, 0)
-
+        before = np.cumsum(e0 - s0) - (e0 - s0)  # the ranges' ns before each span
         mine = np.flatnonzero(g.rank == r)
         a = g.start_ns[mine].astype(np.int64)
-        at = np.searchsorted(s0, a, side="right") - 1
-        ok = at >= 0
-        starts[mine[ok]] = a[ok] < e0[at[ok]]
-        covered[mine] = upto(a + g.dur_ns[mine].astype(np.int64)) - upto(a)
+        b = a + g.dur_ns[mine].astype(np.int64)
+        ia, ib = (np.searchsorted(s0, t, side="right") - 1 for t in (a, b))  # the last span begun by then
+
+        def upto(t, i):  # the ranges' ns before time t
+            j = np.maximum(i, 0)
+            return np.where(i >= 0, before[j] + np.minimum(t, e0[j]) - s0[j], 0)
+
+        starts[mine] = (ia >= 0) & (a < e0[np.maximum(ia, 0)])
+        covered[mine] = upto(b, ib) - upto(a, ia)
     return starts, covered
 
 
