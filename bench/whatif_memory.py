@@ -6,6 +6,15 @@
 
 Prints one Markdown table (every ordered pair, its errors) and a summary line per layout with the median and worst
 absolute errors; --write-docs writes them into docs/whatif.md between the memory-whatif markers.
+
+Repeated recordings (REPEATS=N scripts/record_memory_runs.sh runs/memory5: runs/memory5/rep1 .. repN) are read as
+one set: what each run measures is the median of its N recordings, every recording of a run predicts every other
+run of its layout (12 x N predictions a layout), and the table gives each pair's N errors, the error of their
+median, and how far the recordings of the target run lie from their median (the measurement's own spread).
+A recording's speed can move as a whole (a shared VM's run lands slow or fast: the same GEMM shape 1.3-1.5x
+apart between two recordings of one run), and noise only adds time, so the summary also predicts the fastest
+recording of each run from the fastest of its source. --write-docs writes them between the memory-whatif-rep
+markers.
 """
 from __future__ import annotations
 
@@ -32,12 +41,31 @@ def measured(path: str) -> tuple[float, float]:
         return float(step), float(r.analyze("memory_peak").peak_allocated_bytes.max())
 
 
-def main(root: str, write_docs: bool = False) -> int:
+def recorded(root: pathlib.Path) -> dict:
+    """layout -> {(batch, checkpointing): run directory} of one set of recordings."""
     runs = {}
-    for d in sorted(pathlib.Path(root).iterdir()):
+    for d in sorted(root.iterdir()):
         m = NAME.match(d.name)
         if m and (d / "run.json").exists():
             runs.setdefault(m["layout"], {})[(int(m["batch"]), m["ckpt"])] = str(d)
+    return runs
+
+
+def predict(path: str, to: tuple) -> tuple[float, float]:
+    """(step ns, peak bytes) the run at path predicts for batch to[0] with checkpointing to[1]."""
+    m = NAME.match(pathlib.Path(path).name)
+    sc = scenario_from_dict({"name": "x", "batch": {"scale": to[0] / int(m["batch"])},
+                             "memory": {"activation_checkpointing": to[1]}})
+    with tracekit.open(path) as r:
+        row = whatif(r, [sc]).iloc[1]
+    return float(row.predicted_step_ns), float(row.predicted_peak_alloc_bytes)
+
+
+def main(root: str, write_docs: bool = False) -> int:
+    reps = sorted(p for p in pathlib.Path(root).glob("rep*") if p.is_dir())
+    if reps:
+        return main_repeated([recorded(p) for p in reps], write_docs)
+    runs = recorded(pathlib.Path(root))
     lines = ["| layout | from (batch, checkpointing) | to | measured step (ms) | step error | measured peak (MB) "
              "| peak error |", "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
     summary = []
@@ -45,12 +73,9 @@ def main(root: str, write_docs: bool = False) -> int:
         meas = {k: measured(p) for k, p in these.items()}
         step_err, peak_err = [], []
         for a, b in itertools.permutations(these, 2):
-            sc = scenario_from_dict({"name": "x", "batch": {"scale": b[0] / a[0]},
-                                     "memory": {"activation_checkpointing": b[1]}})
-            with tracekit.open(these[a]) as r:
-                row = whatif(r, [sc]).iloc[1]
-            se = 100 * (row.predicted_step_ns - meas[b][0]) / meas[b][0]
-            pe = 100 * (row.predicted_peak_alloc_bytes - meas[b][1]) / meas[b][1]
+            step_ns, peak_bytes = predict(these[a], b)
+            se = 100 * (step_ns - meas[b][0]) / meas[b][0]
+            pe = 100 * (peak_bytes - meas[b][1]) / meas[b][1]
             step_err.append(abs(se))
             peak_err.append(abs(pe))
             lines.append(f"| {layout} | {a[0]}, {a[1]} | {b[0]}, {b[1]} | {meas[b][0] / 1e6:.1f} | {se:+.1f}% "
@@ -67,6 +92,64 @@ def main(root: str, write_docs: bool = False) -> int:
         from _common import write_md_block
 
         write_md_block(str(REPO / "docs" / "whatif.md"), "memory-whatif", "\n".join(lines))
+    return 0
+
+
+def _band(errs: list) -> str:
+    """'median / worst, k of n within 10%' of absolute errors in %."""
+    a = [abs(e) for e in errs]
+    return f"median {statistics.median(a):.1f}% worst {max(a):.1f}%, {sum(e <= 10 for e in a)}/{len(a)} within 10%"
+
+
+def main_repeated(sets: list, write_docs: bool = False) -> int:
+    """main over N recordings of the same runs (module docstring)."""
+    n = len(sets)
+    lines = [f"| layout | from (batch, checkpointing) | to | measured step (ms, median of {n}) | its recordings "
+             f"| step error from each recording | of their median | fastest from fastest | measured peak (MB) "
+             f"| peak errors |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    summary, every, medians, fasts, spreads, peaks_all = [], [], [], [], [], []
+    for layout in sets[0]:
+        cfgs = [c for c in sets[0][layout] if all(c in s.get(layout, {}) for s in sets)]
+        meas = {c: [measured(s[layout][c]) for s in sets] for c in cfgs}
+        truth = {c: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for c, v in meas.items()}
+        spread = {c: [100 * (x[0] - truth[c][0]) / truth[c][0] for x in v] for c, v in meas.items()}
+        fastest = {c: min(range(n), key=lambda k: v[k][0]) for c, v in meas.items()}
+        errs, med_errs, fast_errs, peak_errs = [], [], [], []
+        for a, b in itertools.permutations(cfgs, 2):
+            preds = [predict(s[layout][a], b) for s in sets]
+            se = [100 * (p[0] - truth[b][0]) / truth[b][0] for p in preds]
+            pe = [100 * (p[1] - truth[b][1]) / truth[b][1] for p in preds]
+            me = 100 * (statistics.median(p[0] for p in preds) - truth[b][0]) / truth[b][0]
+            fb = meas[b][fastest[b]][0]
+            fe = 100 * (preds[fastest[a]][0] - fb) / fb
+            errs += se
+            med_errs.append(me)
+            fast_errs.append(fe)
+            peak_errs += pe
+            lines.append(f"| {layout} | {a[0]}, {a[1]} | {b[0]}, {b[1]} | {truth[b][0] / 1e6:.1f} | "
+                         f"{min(spread[b]):+.1f}..{max(spread[b]):+.1f}% | {' '.join(f'{e:+.1f}%' for e in se)} | "
+                         f"{me:+.1f}% | {fe:+.1f}% | {truth[b][1] / 1e6:.2f} | "
+                         f"{' '.join(f'{e:+.1f}%' for e in pe)} |")
+            print(lines[-1], flush=True)
+        noise = [e for v in spread.values() for e in v]
+        summary.append(f"{layout}: step from one recording {_band(errs)}; from the median of {n} {_band(med_errs)}; "
+                       f"the fastest from the fastest {_band(fast_errs)}; a recording against its median "
+                       f"{_band(noise)}; peak {_band(peak_errs)}")
+        every += errs
+        medians += med_errs
+        fasts += fast_errs
+        spreads += noise
+        peaks_all += peak_errs
+    summary.append(f"all layouts: step from one recording {_band(every)}; from the median of {n} {_band(medians)}; "
+                   f"the fastest from the fastest {_band(fasts)}; a recording against its median {_band(spreads)}; "
+                   f"peak {_band(peaks_all)}")
+    lines.append("")
+    lines += [f"- {s}" for s in summary]
+    print("\n".join(lines[-len(summary):]))
+    if write_docs:
+        from _common import write_md_block
+
+        write_md_block(str(REPO / "docs" / "whatif.md"), "memory-whatif-rep", "\n".join(lines))
     return 0
 
 

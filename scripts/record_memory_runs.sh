@@ -9,8 +9,11 @@
 # bench/whatif_relayout.py --memory-only.
 # Usage: [LAYOUTS='ddp:2 tp:2'] scripts/record_memory_runs.sh [OUT_DIR [DEMO_LAYOUT_OPTION ...]]   (default:
 #   runs/memory; ~150 MB, not bundled); options after OUT_DIR replace the model's below (another model: --d-model 192
-#   --layers 6 --heads 6); LAYOUTS: which layouts, each with its ranks (default: all seven)
-# Record on a quiet machine: step times are measured, and other work on the cores moves them.
+#   --layers 6 --heads 6); LAYOUTS: which layouts, each with its ranks (default: all seven); REPEATS=N: record
+#   the whole set N times, one set after the other, into OUT_DIR/rep1 .. repN (default 1: into OUT_DIR itself)
+# Record on a quiet machine: step times are measured, and other work on the cores moves them. On a shared VM one
+# recording's step can differ from the next's by tens of percent; REPEATS gives bench/whatif_memory.py the
+# median of N recordings of each run to predict, the sets interleaved so that a slow minute moves one of them.
 set -euo pipefail
 out="${1:-runs/memory}"
 shift $(( $# > 0 ? 1 : 0 ))
@@ -18,16 +21,22 @@ mkdir -p "$out"
 model=(--d-model 128 --layers 4 --heads 4 --vocab 512 --seq-len 64 --steps 4 --warmup 2 --timed-steps 1 --poll-idle
        --profile-memory)
 layouts="${LAYOUTS:-ddp:2 fsdp:2 tp:2 pp_gpipe:2 pp_1f1b:2 fsdp_tp:4 dp_pp:4}"  # layout:ranks
-for lr in $layouts; do
-  layout="${lr%%:*}" ranks="${lr##*:}"
-  for batch in 8 16; do
-    for ckpt in none full; do
-      tracekit demo-layout --out "$out/${layout}_b${batch}_ckpt_${ckpt}" --layout "$layout" --ranks "$ranks" \
-        --hosts 2 --link-rate-mbit 400 --batch-size "$batch" --checkpointing "$ckpt" "${model[@]}" "$@"
+repeats="${REPEATS:-1}"
+for rep in $(seq 1 "$repeats"); do
+  dest="$out"
+  [ "$repeats" -gt 1 ] && dest="$out/rep$rep"
+  mkdir -p "$dest"
+  for lr in $layouts; do
+    layout="${lr%%:*}" ranks="${lr##*:}"
+    for batch in 8 16; do
+      for ckpt in none full; do
+        tracekit demo-layout --out "$dest/${layout}_b${batch}_ckpt_${ckpt}" --layout "$layout" --ranks "$ranks" \
+          --hosts 2 --link-rate-mbit 400 --batch-size "$batch" --checkpointing "$ckpt" "${model[@]}" "$@"
+      done
     done
   done
 done
-for d in "$out"/*/; do
+for d in $(find "$out" -name run.json -printf '%h\n' | sort); do
   tracekit ingest "$d" --quiet
 done
 du -sh "$out"
