@@ -11,7 +11,7 @@ Repeated recordings (REPEATS=N scripts/record_memory_runs.sh runs/memory5: runs/
 one set: what each run measures is the median of its N recordings, every recording of a run predicts every other
 run of its layout (12 x N predictions a layout), and the table gives each pair's N errors, the error of their
 median, and how far the recordings of the target run lie from their median (the measurement's own spread).
-A recording's speed can move as a whole (a shared VM's run lands slow or fast: the same GEMM shape 1.3-1.5x
+A recording's speed can move as a whole (a shared VM's run lands slow or fast: the same GEMM shape 1.2-1.3x
 apart between two recordings of one run), and noise only adds time, so the summary also predicts the fastest
 recording of each run from the fastest of its source. --write-docs writes them between the memory-whatif-rep
 markers.

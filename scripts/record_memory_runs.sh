@@ -13,7 +13,8 @@
 #   the whole set N times, one set after the other, into OUT_DIR/rep1 .. repN (default 1: into OUT_DIR itself)
 # Record on a quiet machine: step times are measured, and other work on the cores moves them. On a shared VM one
 # recording's step can differ from the next's by tens of percent; REPEATS gives bench/whatif_memory.py the
-# median of N recordings of each run to predict, the sets interleaved so that a slow minute moves one of them.
+# median and the fastest of N recordings of each run, the sets one after the other so that a slow minute moves
+# one recording of a run, not all of them.
 set -euo pipefail
 out="${1:-runs/memory}"
 shift $(( $# > 0 ? 1 : 0 ))
