@@ -51,14 +51,33 @@ def recorded(root: pathlib.Path) -> dict:
     return runs
 
 
-def predict(path: str, to: tuple) -> tuple[float, float]:
-    """(step ns, peak bytes) the run at path predicts for batch to[0] with checkpointing to[1]."""
-    m = NAME.match(pathlib.Path(path).name)
-    sc = scenario_from_dict({"name": "x", "batch": {"scale": to[0] / int(m["batch"])},
-                             "memory": {"activation_checkpointing": to[1]}})
-    with tracekit.open(path) as r:
-        row = whatif(r, [sc]).iloc[1]
-    return float(row.predicted_step_ns), float(row.predicted_peak_alloc_bytes)
+def predict(runs: dict) -> dict:
+    """(a, b) -> (step ns, peak bytes) that run a of runs ({(batch, checkpointing): directory}) predicts for b's batch
+    and checkpointing, every other run of runs; one what-if a source (its graph is built once)."""
+    out = {}
+    for a, path in runs.items():
+        targets = [b for b in runs if b != a]
+        scens = [scenario_from_dict({"name": f"b{b[0]}_{b[1]}", "batch": {"scale": b[0] / a[0]},
+                                     "memory": {"activation_checkpointing": b[1]}}) for b in targets]
+        with tracekit.open(path) as r:
+            table = whatif(r, scens).set_index("scenario")
+        for b, sc in zip(targets, scens):
+            out[a, b] = (float(table.loc[sc.name, "predicted_step_ns"]),
+                         float(table.loc[sc.name, "predicted_peak_alloc_bytes"]))
+    return out
+
+
+def _finish(lines: list, summary: list, marker: str, write_docs: bool) -> int:
+    """The summary lines after the table, printed, and the whole written between marker's markers in
+    docs/whatif.md with write_docs."""
+    lines.append("")
+    lines += [f"- {s}" for s in summary]
+    print("\n".join(lines[-len(summary):]))
+    if write_docs:
+        from _common import write_md_block
+
+        write_md_block(str(REPO / "docs" / "whatif.md"), marker, "\n".join(lines))
+    return 0
 
 
 def main(root: str, write_docs: bool = False) -> int:
@@ -71,9 +90,10 @@ def main(root: str, write_docs: bool = False) -> int:
     summary = []
     for layout, these in runs.items():
         meas = {k: measured(p) for k, p in these.items()}
+        preds = predict(these)
         step_err, peak_err = [], []
         for a, b in itertools.permutations(these, 2):
-            step_ns, peak_bytes = predict(these[a], b)
+            step_ns, peak_bytes = preds[a, b]
             se = 100 * (step_ns - meas[b][0]) / meas[b][0]
             pe = 100 * (peak_bytes - meas[b][1]) / meas[b][1]
             step_err.append(abs(se))
@@ -85,14 +105,7 @@ def main(root: str, write_docs: bool = False) -> int:
                        f"{sum(e <= 10 for e in step_err)}/{len(step_err)} within 10%; peak median "
                        f"{statistics.median(peak_err):.1f}% worst {max(peak_err):.1f}%, "
                        f"{sum(e <= 10 for e in peak_err)}/{len(peak_err)} within 10%")
-    lines.append("")
-    lines += [f"- {s}" for s in summary]
-    print("\n".join(lines[-len(summary):]))
-    if write_docs:
-        from _common import write_md_block
-
-        write_md_block(str(REPO / "docs" / "whatif.md"), "memory-whatif", "\n".join(lines))
-    return 0
+    return _finish(lines, summary, "memory-whatif", write_docs)
 
 
 def _band(errs: list) -> str:
@@ -114,9 +127,10 @@ def main_repeated(sets: list, write_docs: bool = False) -> int:
         truth = {c: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for c, v in meas.items()}
         spread = {c: [100 * (x[0] - truth[c][0]) / truth[c][0] for x in v] for c, v in meas.items()}
         fastest = {c: min(range(n), key=lambda k: v[k][0]) for c, v in meas.items()}
+        each = [predict({c: s[layout][c] for c in cfgs}) for s in sets]
         errs, med_errs, fast_errs, peak_errs = [], [], [], []
         for a, b in itertools.permutations(cfgs, 2):
-            preds = [predict(s[layout][a], b) for s in sets]
+            preds = [p[a, b] for p in each]
             se = [100 * (p[0] - truth[b][0]) / truth[b][0] for p in preds]
             pe = [100 * (p[1] - truth[b][1]) / truth[b][1] for p in preds]
             me = 100 * (statistics.median(p[0] for p in preds) - truth[b][0]) / truth[b][0]
@@ -143,14 +157,7 @@ def main_repeated(sets: list, write_docs: bool = False) -> int:
     summary.append(f"all layouts: step from one recording {_band(every)}; from the median of {n} {_band(medians)}; "
                    f"the fastest from the fastest {_band(fasts)}; a recording against its median {_band(spreads)}; "
                    f"peak {_band(peaks_all)}")
-    lines.append("")
-    lines += [f"- {s}" for s in summary]
-    print("\n".join(lines[-len(summary):]))
-    if write_docs:
-        from _common import write_md_block
-
-        write_md_block(str(REPO / "docs" / "whatif.md"), "memory-whatif-rep", "\n".join(lines))
-    return 0
+    return _finish(lines, summary, "memory-whatif-rep", write_docs)
 
 
 if __name__ == "__main__":

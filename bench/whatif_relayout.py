@@ -41,6 +41,8 @@ LAYOUTS = {
     # its data parallelism is replicate_with_fsdp's replicate (tracekit demo-layout, torchtitan's)
     "dp_pp": dict(dp=2, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="replicate"),
 }
+# a run's step: its slowest rank's median (the last profiled step left out)
+_STEP_SQL = "SELECT rank, median(dur_ns) AS d FROM steps WHERE NOT is_last GROUP BY rank"
 RANKS = {"ddp": 2, "fsdp": 2, "tp": 2, "pp_gpipe": 2, "pp_1f1b": 2, "fsdp_tp": 4, "dp_pp": 4}
 
 
@@ -94,9 +96,8 @@ def measured(path: Path, tmp: Path) -> tuple[float, float | None]:
     from analyses.memory import memory_peak
 
     run = tracekit.open(str(path), store=str(tmp / f"m_{path.name}"))
-    s = run.sql("SELECT rank, median(dur_ns) AS d FROM steps WHERE NOT is_last GROUP BY rank")
     mp = memory_peak(run)
-    return float(s.d.max()), (float(mp.peak_allocated_bytes.max()) if len(mp) else None)
+    return float(run.sql(_STEP_SQL).d.max()), (float(mp.peak_allocated_bytes.max()) if len(mp) else None)
 
 
 def _step_ns(path: Path) -> float:
@@ -104,7 +105,7 @@ def _step_ns(path: Path) -> float:
     import tracekit
 
     with tracekit.open(str(path)) as run:
-        return float(run.sql("SELECT rank, median(dur_ns) AS d FROM steps WHERE NOT is_last GROUP BY rank").d.max())
+        return float(run.sql(_STEP_SQL).d.max())
 
 
 def validate(found: dict, tmp: Path) -> list[dict]:
