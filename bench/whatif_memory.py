@@ -80,10 +80,10 @@ def _finish(lines: list, summary: list, marker: str, write_docs: bool) -> int:
     return 0
 
 
-def main(root: str, write_docs: bool = False) -> int:
+def main(root: str, write_docs: bool = False, marker: str | None = None) -> int:
     reps = sorted(p for p in pathlib.Path(root).glob("rep*") if p.is_dir())
     if reps:
-        return main_repeated([recorded(p) for p in reps], write_docs)
+        return main_repeated([recorded(p) for p in reps], write_docs, marker or "memory-whatif-rep")
     runs = recorded(pathlib.Path(root))
     lines = ["| layout | from (batch, checkpointing) | to | measured step (ms) | step error | measured peak (MB) "
              "| peak error |", "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
@@ -105,7 +105,7 @@ def main(root: str, write_docs: bool = False) -> int:
                        f"{sum(e <= 10 for e in step_err)}/{len(step_err)} within 10%; peak median "
                        f"{statistics.median(peak_err):.1f}% worst {max(peak_err):.1f}%, "
                        f"{sum(e <= 10 for e in peak_err)}/{len(peak_err)} within 10%")
-    return _finish(lines, summary, "memory-whatif", write_docs)
+    return _finish(lines, summary, marker or "memory-whatif", write_docs)
 
 
 def _band(errs: list) -> str:
@@ -114,13 +114,14 @@ def _band(errs: list) -> str:
     return f"median {statistics.median(a):.1f}% worst {max(a):.1f}%, {sum(e <= 10 for e in a)}/{len(a)} within 10%"
 
 
-def main_repeated(sets: list, write_docs: bool = False) -> int:
+def main_repeated(sets: list, write_docs: bool = False, marker: str = "memory-whatif-rep") -> int:
     """main over N recordings of the same runs (module docstring)."""
     n = len(sets)
     lines = [f"| layout | from (batch, checkpointing) | to | measured step (ms, median of {n}) | its recordings "
              f"| step error from each recording | of their median | fastest from fastest | measured peak (MB) "
              f"| peak errors |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     summary, every, medians, fasts, spreads, peaks_all = [], [], [], [], [], []
+    by_change = {"the batch": [], "checkpointing": [], "both": []}  # fastest from fastest, by what the pair changes
     for layout in sets[0]:
         cfgs = [c for c in sets[0][layout] if all(c in s.get(layout, {}) for s in sets)]
         meas = {c: [measured(s[layout][c]) for s in sets] for c in cfgs}
@@ -139,6 +140,7 @@ def main_repeated(sets: list, write_docs: bool = False) -> int:
             errs += se
             med_errs.append(me)
             fast_errs.append(fe)
+            by_change["the batch" if a[1] == b[1] else "checkpointing" if a[0] == b[0] else "both"].append(fe)
             peak_errs += pe
             lines.append(f"| {layout} | {a[0]}, {a[1]} | {b[0]}, {b[1]} | {truth[b][0] / 1e6:.1f} | "
                          f"{min(spread[b]):+.1f}..{max(spread[b]):+.1f}% | {' '.join(f'{e:+.1f}%' for e in se)} | "
@@ -157,7 +159,9 @@ def main_repeated(sets: list, write_docs: bool = False) -> int:
     summary.append(f"all layouts: step from one recording {_band(every)}; from the median of {n} {_band(medians)}; "
                    f"the fastest from the fastest {_band(fasts)}; a recording against its median {_band(spreads)}; "
                    f"peak {_band(peaks_all)}")
-    return _finish(lines, summary, "memory-whatif-rep", write_docs)
+    summary.append("all layouts, the fastest from the fastest, by what the pair changes: " + "; ".join(
+        f"{k} {_band(v)}" for k, v in by_change.items()))
+    return _finish(lines, summary, marker, write_docs)
 
 
 if __name__ == "__main__":
@@ -166,5 +170,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="?", default="runs/memory", help="scripts/record_memory_runs.sh's recordings")
     ap.add_argument("--write-docs", action="store_true", help="write the table into docs/whatif.md")
+    ap.add_argument("--marker", help="the docs/whatif.md block to write (default: memory-whatif, memory-whatif-rep "
+                    "for repeated recordings)")
     args = ap.parse_args()
-    sys.exit(main(args.runs, args.write_docs))
+    sys.exit(main(args.runs, args.write_docs, args.marker))

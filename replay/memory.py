@@ -11,18 +11,22 @@ What the trace shows, per graph node (op_facts):
   follow the tokens a rank holds; the optimizer, gradient accumulation, DDP's and FSDP's copies of flat buffers do not;
 - the ops in it, for the run's own per-op floor: the median time of the rank's ops that move no data (views,
   transposes, ...); an op's floor does not scale, the rest of its time does;
+- the share of its time inside ATen operators (its outermost ones'; all of it for an operator): the rest, a
+  backward node's autograd engine and hooks, is Python that no tensor's size moves;
 - checkpoint recompute nested in it: a backward node whose nested ops carry an autograd sequence number ran a
   forward again (inside a backward, only a recompute builds autograd nodes);
 - the repeated blocks of the forward: the smallest period of the forward's op-name sequence whose repeats cover
   most of its ops (Lumos' layer grouping, found without annotations).
 
 The batch scale s: a token-following op takes floor + (t - floor) x s (GPU kernels: the rank's smallest kernel as
-the floor; a GPU rank's CPU ops launch and do not scale); a collective whose tensors carry the tokens (tensor
+the floor; a GPU rank's CPU ops launch and do not scale; a CPU node's time outside ATen operators, a backward node's
+autograd engine and checkpoint hooks, is floor too); a collective whose tensors carry the tokens (tensor
 parallelism's all-reduces, a pipeline's sends) carries s x its bytes; a gradient or parameter collective is
 unchanged. Checkpointing "full" on a run without it adds the blocks' ops and the collectives carrying tokens in
 them (tensor parallelism's) to the backward (each backward node's time x (1 + recompute / backward), per rank);
-"none" on a checkpointed run takes the nested recompute out of the nodes that ran it, and its collectives carry
-nothing.
+"none" on a checkpointed run takes the nested recompute out of the nodes that ran it (its ATen operators and the
+Python around them: _recompute_python_ns), and its collectives carry nothing. Not modelled: the hooks a checkpoint
+adds to every op and backward node of its blocks (pack and unpack, Python: see docs/whatif.md), in either direction.
 """
 from __future__ import annotations
 
@@ -105,6 +109,9 @@ class OpFacts:
     phase: np.ndarray  # int8 FORWARD | BACKWARD | OPTIMIZER | OTHER
     act: np.ndarray  # bool: follows the step's tokens
     n_ops: np.ndarray  # int64: ops in it (itself and nested)
+    # float: the share of its time inside ATen operators; the rest (autograd's engine, Python, a checkpoint's hooks
+    # around the ops of a backward node) does not follow the tokens
+    aten_share: np.ndarray
     recompute_ns: np.ndarray  # int64: checkpoint recompute nested in it
     block_ns: np.ndarray  # int64: its time when it is a forward node inside a repeated block
     floor_ns: dict  # rank -> per-op floor (CPU ops), ns
@@ -143,6 +150,7 @@ def op_facts(run, g) -> OpFacts:
     nested = np.zeros(n, bool)
     op_name = g.name.astype(object).copy()
     n_ops = np.ones(n, np.int64)
+    aten_share = np.ones(n)
     recompute = np.zeros(n, np.int64)
     floor, kfloor = {}, {}
     recompute_spans = []  # (rank, tid, start, end) of each recompute
@@ -197,6 +205,14 @@ def op_facts(run, g) -> OpFacts:
         np.logical_or.at(any_act, holder[holder >= 0], a[holder >= 0])
         any_act |= stands & outer_act[o]
         count = np.bincount(holder[holder >= 0], minlength=len(tops))
+        # the time of each node event inside ATen operators: its outermost ATen events' (itself, when it is one)
+        ai = np.flatnonzero(np.array([isinstance(x, str) and x.startswith("aten::") for x in nm], bool))
+        if len(ai):
+            ai = ai[np.concatenate(([True], ts[ai[1:]] >= np.maximum.accumulate(end[ai])[:-1]))]
+            ai = ai[holder[ai] >= 0]
+        in_aten = np.zeros(len(tops), np.int64)
+        np.add.at(in_aten, holder[ai], end[ai] - ts[ai])
+        share = np.minimum(in_aten / np.maximum(end[tops] - ts[tops], 1), 1.0)
         # checkpoint recompute: ops with an autograd sequence number nested in a backward node (not the node's own
         # autograd events), the outermost of them
         seq = e.seq.to_numpy(np.int64)
@@ -234,6 +250,7 @@ def op_facts(run, g) -> OpFacts:
         nested[sel] = top_nested[where_top]
         op_name[sel] = top_name[where_top]
         n_ops[sel] = count[where_top]
+        aten_share[sel] = share[where_top]
         recompute[sel] = rec[where_top]
         views = np.isin(nm, VIEW_OPS)
         if views.any():
@@ -281,7 +298,7 @@ def op_facts(run, g) -> OpFacts:
     token_calls = pd.DataFrame({"rank": calls["rank"].to_numpy(np.int64), "tid": calls.tid.to_numpy(np.int64),
                                 "start": calls.ts_ns.to_numpy(np.int64),
                                 "end": (calls.ts_ns + calls.dur_ns).to_numpy(np.int64)})
-    facts = OpFacts(phase, act, n_ops, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec, spans,
+    facts = OpFacts(phase, act, n_ops, aten_share, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec, spans,
                     nested=nested, op_name=op_name, token_calls=token_calls)
     _blocks(g, facts)
     return facts
@@ -448,15 +465,20 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray) -> MemoryRetime:
     factor = np.ones(n)
     notes = []
     d = dur_ns.astype(np.float64)
+    glue = d * (1.0 - facts.aten_share)  # outside ATen operators: does not follow the tokens
     ckpt = sc.memory.activation_checkpointing
     # checkpointing first, on the run's own times
     if ckpt == "none" and facts.checkpointed:
-        rec = facts.recompute_ns.astype(np.float64)
+        py = _recompute_python_ns(g, facts, glue)
+        rec = facts.recompute_ns.astype(np.float64) + py
+        glue -= py
         has = rec > 0
         factor[has] = np.maximum(d[has] - rec[has], 0) / np.maximum(d[has], 1)
         drop = facts.coll_recompute
         notes.append(f"{sc.where}: activation checkpointing off: the run's recompute ({rec.sum() / 1e6:.1f} ms over "
-                     f"the trace) taken out of the backward nodes that ran it" + (
+                     f"the trace, {py.sum() / 1e6:.1f} of them the Python around its ops: what a node that ran one "
+                     "takes outside ATen operators beyond its name's others) taken out of the backward nodes that ran it"
+                     + (
                          f", and the {int(drop.sum())} collective(s) it ran carry nothing" if drop.any() else ""))
     elif ckpt == "full" and not facts.checkpointed:
         if not facts.blocks:
@@ -497,6 +519,8 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray) -> MemoryRetime:
         for r, f in facts.floor_ns.items():
             m = sel_cpu & (g.rank == r)
             fl[m] = f * facts.n_ops[m]
+        # a node's time outside ATen operators (the autograd engine's, a checkpoint's hooks') is fixed too
+        fl[sel_cpu] += glue[sel_cpu]
         sel_gpu = scale & gpu
         for r, f in facts.kernel_floor_ns.items():
             m = sel_gpu & (g.rank == r)
@@ -514,6 +538,33 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray) -> MemoryRetime:
     if ckpt == "none" and facts.checkpointed:
         coll_scale[facts.coll_recompute] = 0.0
     return MemoryRetime(factor, coll_scale, notes)
+
+
+def _recompute_python_ns(g, facts: OpFacts, glue: np.ndarray) -> np.ndarray:
+    """Per node, the Python of the checkpoint recompute it ran besides the recompute's ATen operators (restoring
+    the forward's state, running the block's module code): the node's time outside ATen operators (glue, ns per
+    node) beyond the median of the rank's nodes of its name that ran no recompute (an AddmmBackward0 that recomputed
+    its block: ~500 us outside its operators, the block's other AddmmBackward0s ~20). Split over an event's pieces
+    as its glue is."""
+    out = np.zeros(len(glue))
+    has = facts.recompute_ns > 0
+    if not has.any():
+        return out
+    bwd = (facts.phase == BACKWARD) & (g.kind == _graph.K["cpu"])
+    df = pd.DataFrame({"rank": g.rank[bwd], "ev": g.event_id[bwd], "name": g.name[bwd], "glue": glue[bwd],
+                       "rec": has[bwd], "i": np.flatnonzero(bwd)})
+    per_ev = df.groupby(["rank", "ev"], sort=False).agg(name=("name", "first"), glue=("glue", "sum"),
+                                                        rec=("rec", "any"))
+    ref = per_ev[~per_ev.rec].groupby(["rank", "name"]).glue.median()
+    ran = per_ev[per_ev.rec]
+    excess = np.maximum(ran.glue.to_numpy() - ref.reindex(pd.MultiIndex.from_arrays(
+        [ran.index.get_level_values(0), ran.name])).to_numpy(dtype=np.float64, na_value=np.inf), 0)
+    excess = pd.Series(excess, index=ran.index)
+    pieces = df[df.rec]
+    total = pieces.groupby(["rank", "ev"]).glue.transform("sum").to_numpy()
+    share = np.where(total > 0, pieces.glue.to_numpy() / np.maximum(total, 1e-9), 0.0)
+    out[pieces.i.to_numpy()] = excess.reindex(pd.MultiIndex.from_frame(pieces[["rank", "ev"]])).to_numpy() * share
+    return out
 
 
 def _early_stops(run, g, facts: OpFacts) -> dict:

@@ -164,6 +164,19 @@ def test_only_a_token_collectives_buffers_follow_the_batch():
         False, False, False, True, False]
 
 
+def test_a_nodes_time_outside_aten_operators_does_not_follow_the_batch():
+    # a backward node of 100 us, 60 of them inside its ATen operators (the rest autograd's engine and a checkpoint's
+    # hooks, Python): twice the tokens take its operators' time less their floors twice, the rest as it was
+    g = SimpleNamespace(kind=np.full(2, depgraph.K["cpu"]), rank=np.zeros(2, np.int64))
+    facts = SimpleNamespace(act=np.ones(2, bool), phase=np.array([memory.BACKWARD, memory.FORWARD], np.int8),
+                            floor_ns={0: 1_000.0}, kernel_floor_ns={}, n_ops=np.array([3, 1]),
+                            aten_share=np.array([0.6, 1.0]), checkpointed=False, coll_act=np.zeros(0, bool),
+                            recompute_ns=np.zeros(2, np.int64))
+    sc = scenario_from_dict({"name": "x", "batch": {"scale": 2.0}})
+    got = memory.retime(g, None, sc, facts, np.array([100_000, 100_000], np.int64))
+    assert got.factor * 100_000 == pytest.approx([3_000 + 40_000 + 57_000 * 2, 1_000 + 99_000 * 2])
+
+
 def test_unchanged_sections_give_the_baseline_and_the_measured_peak(run):
     df = _one(run, batch={"scale": 1.0}, memory={"reserve_pct": 5.0})
     assert df.loc["x", "predicted_step_ns"] == df.loc["measured", "predicted_step_ns"]
@@ -409,6 +422,25 @@ def test_a_tensor_parallel_recompute_keeps_what_it_makes_after_its_collective(tp
     # before the all-reduce's redistribution, and the MLP's activations the recompute makes after it were left in
     # the backward (the prediction 27% under the run without checkpointing)
     _within_recordings(_predicted(tp_pair["full"], "none"), tp_pair["none"])
+
+
+@pytest.mark.slow  # the same jobs
+def test_turning_checkpointing_off_takes_the_recomputes_python_out_too(tp_pair):
+    # the node that ran a block's recompute spends, beside the recompute's ATen operators, the checkpoint's Python
+    # (restoring the forward's state, the block's module code): what it takes outside operators beyond its name's
+    # other nodes is taken out with the recompute, and only in the nodes that ran one
+    run = tp_pair["full"][0]
+    g = depgraph.build(run)
+    facts = memory.op_facts(run, g)
+    cpu = g.kind == depgraph.K["cpu"]
+    assert (facts.aten_share[cpu & (g.name.astype(str) == "aten::linear")] == 1.0).all()
+    ran = facts.recompute_ns > 0
+    assert ran.any() and (facts.aten_share[ran] < 1.0).all()
+    glue = g.dur_ns * (1.0 - facts.aten_share)
+    py = memory._recompute_python_ns(g, facts, glue)
+    assert (py[~ran] == 0).all() and (py[ran] <= glue[ran] + 1e-6).all() and py[ran].sum() > 0
+    df = _one(run, memory={"activation_checkpointing": "none"})
+    assert any("the Python around its ops" in n for n in df.attrs["notes"]["x"])
 
 
 @pytest.mark.slow  # the same jobs
