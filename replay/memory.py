@@ -298,8 +298,8 @@ def op_facts(run, g) -> OpFacts:
     token_calls = pd.DataFrame({"rank": calls["rank"].to_numpy(np.int64), "tid": calls.tid.to_numpy(np.int64),
                                 "start": calls.ts_ns.to_numpy(np.int64),
                                 "end": (calls.ts_ns + calls.dur_ns).to_numpy(np.int64)})
-    facts = OpFacts(phase, act, n_ops, aten_share, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act, coll_rec, spans,
-                    nested=nested, op_name=op_name, token_calls=token_calls)
+    facts = OpFacts(phase, act, n_ops, aten_share, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act,
+                    coll_rec, spans, nested=nested, op_name=op_name, token_calls=token_calls)
     _blocks(g, facts)
     return facts
 
@@ -477,9 +477,9 @@ def retime(g, run, sc, facts: OpFacts, dur_ns: np.ndarray) -> MemoryRetime:
         drop = facts.coll_recompute
         notes.append(f"{sc.where}: activation checkpointing off: the run's recompute ({rec.sum() / 1e6:.1f} ms over "
                      f"the trace, {py.sum() / 1e6:.1f} of them the Python around its ops: what a node that ran one "
-                     "takes outside ATen operators beyond its name's others) taken out of the backward nodes that ran it"
-                     + (
-                         f", and the {int(drop.sum())} collective(s) it ran carry nothing" if drop.any() else ""))
+                     "takes outside ATen operators beyond its name's others) taken out of the backward nodes that "
+                     "ran it" + (f", and the {int(drop.sum())} collective(s) it ran carry nothing"
+                                 if drop.any() else ""))
     elif ckpt == "full" and not facts.checkpointed:
         if not facts.blocks:
             from .checks import ScenarioError
