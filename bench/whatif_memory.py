@@ -13,8 +13,9 @@ run of its layout (12 x N predictions a layout), and the table gives each pair's
 median, and how far the recordings of the target run lie from their median (the measurement's own spread).
 A recording's speed can move as a whole (a shared VM's run lands slow or fast: the same GEMM shape 1.2-1.3x
 apart between two recordings of one run), and noise only adds time, so the summary also predicts the fastest
-recording of each run from the fastest of its source. --write-docs writes them between the memory-whatif-rep
-markers.
+recording of each run from the fastest of its source, and splits those errors by what a pair changes (the batch,
+checkpointing, both). --write-docs writes them between the memory-whatif-rep markers; --marker NAME between
+another block's (a second set: memory-whatif-rep-6 for runs/memory6).
 """
 from __future__ import annotations
 
