@@ -21,11 +21,11 @@ def union_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndar
     if len(start) > 1 and (start[1:] < start[:-1]).any():
         order = np.argsort(start, kind="stable")
         start, end = start[order], end[order]
-    heads = _island_heads(start, end)
+    heads = island_heads(start, end)
     return start[heads], np.maximum.reduceat(end, heads)
 
 
-def _island_heads(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def island_heads(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Where each island begins in intervals sorted by start: an interval that starts once every earlier one has
     ended (the running maximum of the ends)."""
     run_end = np.maximum.accumulate(end)
@@ -97,7 +97,7 @@ class GroupedIntervals:
             ls, le = (s, e) if self._in_ns else (ls[keep], le[keep])
         if not len(s):
             return out
-        heads = _island_heads(s, e)
+        heads = island_heads(s, e)
         lengths = np.maximum.reduceat(le, heads) - ls[heads]
         place = np.searchsorted(self.groups, g[heads])  # each island's group
         firsts = np.flatnonzero(np.r_[True, place[1:] != place[:-1]])

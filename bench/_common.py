@@ -33,6 +33,12 @@ def write_md_block(path: str, marker: str, table: str) -> None:
         f.write(text)
 
 
+def step_ns(run) -> float:
+    """A run's measured step, ns: its slowest rank's median step (the last profiled step left out)."""
+    return float(run.sql("SELECT max(m) AS m FROM (SELECT rank, median(dur_ns) AS m FROM steps WHERE NOT is_last "
+                         "GROUP BY rank)").m.iloc[0])
+
+
 def pct(v) -> str:
     """A signed percentage for a table cell ('n/a' for None)."""
     return "n/a" if v is None else f"{v:+.1f}%"

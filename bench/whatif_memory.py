@@ -29,6 +29,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the repository's analyses package, not bench/analyses.py
 
 import tracekit  # noqa: E402
+from _common import step_ns, write_md_block  # noqa: E402
 from replay.scenario import scenario_from_dict  # noqa: E402
 from replay.whatif import whatif  # noqa: E402
 
@@ -37,9 +38,7 @@ NAME = re.compile(r"(?P<layout>\w+?)_b(?P<batch>\d+)_ckpt_(?P<ckpt>none|full)$")
 
 def measured(path: str) -> tuple[float, float]:
     with tracekit.open(path) as r:
-        step = r.sql("SELECT max(m) AS m FROM (SELECT rank, median(dur_ns) AS m FROM steps WHERE NOT is_last "
-                     "GROUP BY rank)").m.iloc[0]
-        return float(step), float(r.analyze("memory_peak").peak_allocated_bytes.max())
+        return step_ns(r), float(r.analyze("memory_peak").peak_allocated_bytes.max())
 
 
 def recorded(root: pathlib.Path) -> dict:
@@ -75,8 +74,6 @@ def _finish(lines: list, summary: list, marker: str, write_docs: bool) -> int:
     lines += [f"- {s}" for s in summary]
     print("\n".join(lines[-len(summary):]))
     if write_docs:
-        from _common import write_md_block
-
         write_md_block(str(REPO / "docs" / "whatif.md"), marker, "\n".join(lines))
     return 0
 

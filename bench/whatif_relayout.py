@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _common import write_md_block  # noqa: E402
+from _common import step_ns, write_md_block  # noqa: E402
 
 _NAME = re.compile(r"^(?P<layout>[a-z0-9_]+?)_(?P<ranks>\d+)r_(?P<hosts>\d+)hosts_(?P<rate>\d+)mbit$")
 # scripts/record_memory_runs.sh: <layout>_b<batch>_ckpt_<none|full>, on 2 hosts at 400 Mbit/s, [memory] events
@@ -41,8 +41,6 @@ LAYOUTS = {
     # its data parallelism is replicate_with_fsdp's replicate (tracekit demo-layout, torchtitan's)
     "dp_pp": dict(dp=2, tp=1, pp=2, micro_batches=4, schedule="gpipe", sharding="replicate"),
 }
-# a run's step: its slowest rank's median (the last profiled step left out)
-_STEP_SQL = "SELECT rank, median(dur_ns) AS d FROM steps WHERE NOT is_last GROUP BY rank"
 RANKS = {"ddp": 2, "fsdp": 2, "tp": 2, "pp_gpipe": 2, "pp_1f1b": 2, "fsdp_tp": 4, "dp_pp": 4}
 
 
@@ -97,7 +95,7 @@ def measured(path: Path, tmp: Path) -> tuple[float, float | None]:
 
     run = tracekit.open(str(path), store=str(tmp / f"m_{path.name}"))
     mp = memory_peak(run)
-    return float(run.sql(_STEP_SQL).d.max()), (float(mp.peak_allocated_bytes.max()) if len(mp) else None)
+    return step_ns(run), (float(mp.peak_allocated_bytes.max()) if len(mp) else None)
 
 
 def _step_ns(path: Path) -> float:
@@ -105,7 +103,7 @@ def _step_ns(path: Path) -> float:
     import tracekit
 
     with tracekit.open(str(path)) as run:
-        return float(run.sql(_STEP_SQL).d.max())
+        return step_ns(run)
 
 
 def validate(found: dict, tmp: Path) -> list[dict]:

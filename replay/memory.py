@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
+from analyses.intervals import island_heads
 from tracekit.store.devices import sql_in
 
 CHECKPOINTING = ("none", "full")
@@ -181,9 +182,7 @@ def op_facts(run, g) -> OpFacts:
         nm = e.name.to_numpy(object)
         a = e.act.to_numpy(bool)
         oi = np.flatnonzero(e.cat.to_numpy(object) == "cpu_op")  # operators: not the step's or a module's ranges
-        ev_top = np.ones(len(oi), bool)
-        ev_top[1:] = ts[oi[1:]] >= np.maximum.accumulate(end[oi])[:-1]
-        outer_ev = oi[ev_top]
+        outer_ev = oi[island_heads(ts[oi], end[oi])]
         outer = np.arange(len(ts))
         if len(outer_ev):  # a thread of runtime calls or annotations only has none
             k = np.searchsorted(outer_ev, outer, side="right") - 1
@@ -206,10 +205,9 @@ def op_facts(run, g) -> OpFacts:
         any_act |= stands & outer_act[o]
         count = np.bincount(holder[holder >= 0], minlength=len(tops))
         # the time of each node event inside ATen operators: its outermost ATen events' (itself, when it is one)
-        ai = np.flatnonzero(np.array([isinstance(x, str) and x.startswith("aten::") for x in nm], bool))
-        if len(ai):
-            ai = ai[np.concatenate(([True], ts[ai[1:]] >= np.maximum.accumulate(end[ai])[:-1]))]
-            ai = ai[holder[ai] >= 0]
+        ai = np.flatnonzero(pd.Series(nm, dtype=object).str.startswith("aten::", na=False).to_numpy(bool))
+        ai = ai[island_heads(ts[ai], end[ai])]
+        ai = ai[holder[ai] >= 0]
         in_aten = np.zeros(len(tops), np.int64)
         np.add.at(in_aten, holder[ai], end[ai] - ts[ai])
         share = np.minimum(in_aten / np.maximum(end[tops] - ts[tops], 1), 1.0)
