@@ -40,6 +40,22 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
+def covered_ns(start: np.ndarray, end: np.ndarray, win_start: np.ndarray, win_end: np.ndarray) -> np.ndarray:
+    """Per window [win_start, win_end): how much of it the spans [start, end) cover; the spans sorted and disjoint
+    (union_spans' output, or the outermost events of one thread). In the spans' unit (ns by the callers' names)."""
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    before = np.concatenate(([0], np.cumsum(end - start)))  # covered before span i starts: before[i]
+
+    def upto(t):  # covered before t
+        t = np.asarray(t, np.int64)
+        k = np.searchsorted(start, t, side="right")  # spans begun by t
+        last = np.maximum(k - 1, 0)
+        inside = np.where(k > 0, np.minimum(end[last] if len(end) else 0, t) - (start[last] if len(start) else 0), 0)
+        return before[last] + np.maximum(inside, 0)
+
+    return np.maximum(upto(win_end) - upto(win_start), 0)
+
+
 def shift_apart(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     """The intervals of many groups (group: integers) as one sequence that one sort and one running maximum can cross
     without carrying a group's end into the next: each group's times shifted past the previous group's (its place

@@ -11,8 +11,10 @@ What the trace shows, per graph node (op_facts):
   follow the tokens a rank holds; the optimizer, gradient accumulation, DDP's and FSDP's copies of flat buffers do not;
 - the ops in it, for the run's own per-op floor: the median time of the rank's ops that move no data (views,
   transposes, ...); an op's floor does not scale, the rest of its time does;
-- the share of its time inside ATen operators (its outermost ones'; all of it for an operator): the rest, a
-  backward node's autograd engine and hooks, is Python that no tensor's size moves;
+- the share of its time inside ATen operators (the outermost ones on its thread, over its own span: a piece of
+  an event cut where a nested node or a wait took the thread holds only its part; all of it for an operator, but a
+  tensor subclass's dispatch around the operators it runs: DTensor's): the rest, a backward node's autograd engine
+  and hooks, DTensor's sharding propagation, is Python that no tensor's size moves;
 - checkpoint recompute nested in it: a backward node whose nested ops carry an autograd sequence number ran a
   forward again (inside a backward, only a recompute builds autograd nodes);
 - the repeated blocks of the forward: the smallest period of the forward's op-name sequence whose repeats cover
@@ -20,7 +22,7 @@ What the trace shows, per graph node (op_facts):
 
 The batch scale s: a token-following op takes floor + (t - floor) x s (GPU kernels: the rank's smallest kernel as
 the floor; a GPU rank's CPU ops launch and do not scale; a CPU node's time outside ATen operators, a backward node's
-autograd engine and checkpoint hooks, is floor too); a collective whose tensors carry the tokens (tensor
+autograd engine and checkpoint hooks, DTensor's dispatch, is floor too); a collective whose tensors carry the tokens (tensor
 parallelism's all-reduces, a pipeline's sends) carries s x its bytes; a gradient or parameter collective is
 unchanged. Checkpointing "full" on a run without it adds the blocks' ops and the collectives carrying tokens in
 them (tensor parallelism's) to the backward (each backward node's time x (1 + recompute / backward), per rank);
@@ -36,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import depgraph as _graph
-from analyses.intervals import island_heads
+from analyses.intervals import covered_ns, island_heads, union_spans
 from tracekit.store.devices import sql_in
 
 CHECKPOINTING = ("none", "full")
@@ -204,13 +206,14 @@ def op_facts(run, g) -> OpFacts:
         np.logical_or.at(any_act, holder[holder >= 0], a[holder >= 0])
         any_act |= stands & outer_act[o]
         count = np.bincount(holder[holder >= 0], minlength=len(tops))
-        # the time of each node event inside ATen operators: its outermost ATen events' (itself, when it is one)
-        ai = np.flatnonzero(pd.Series(nm, dtype=object).str.startswith("aten::", na=False).to_numpy(bool))
-        ai = ai[island_heads(ts[ai], end[ai])]
-        ai = ai[holder[ai] >= 0]
-        in_aten = np.zeros(len(tops), np.int64)
-        np.add.at(in_aten, holder[ai], end[ai] - ts[ai])
-        share = np.minimum(in_aten / np.maximum(end[tops] - ts[tops], 1), 1.0)
+        # the time of each node inside ATen operators, over the node's own span (a piece of an event, cut where a
+        # nested node or a wait took the thread, holds only its part): the thread's outermost ATen events', less a
+        # tensor subclass's dispatch (DTensor's aten::addmm -> PythonSubclass -> aten::addmm on the local shard: the
+        # time inside PythonSubclass but outside the ATen operators nested in it is Python, whatever the tokens)
+        n0 = g.start_ns[sel].astype(np.int64)
+        n1 = n0 + g.dur_ns[sel].astype(np.int64)
+        node_share = _aten_ns(nm, ts, end, n0, n1) / np.maximum(n1 - n0, 1)
+        node_share = np.where(n1 > n0, np.clip(node_share, 0.0, 1.0), 1.0)
         # checkpoint recompute: ops with an autograd sequence number nested in a backward node (not the node's own
         # autograd events), the outermost of them
         seq = e.seq.to_numpy(np.int64)
@@ -248,7 +251,7 @@ def op_facts(run, g) -> OpFacts:
         nested[sel] = top_nested[where_top]
         op_name[sel] = top_name[where_top]
         n_ops[sel] = count[where_top]
-        aten_share[sel] = share[where_top]
+        aten_share[sel] = node_share
         recompute[sel] = rec[where_top]
         views = np.isin(nm, VIEW_OPS)
         if views.any():
@@ -300,6 +303,23 @@ def op_facts(run, g) -> OpFacts:
                     coll_rec, spans, nested=nested, op_name=op_name, token_calls=token_calls)
     _blocks(g, facts)
     return facts
+
+
+def _aten_ns(names: np.ndarray, ts: np.ndarray, end: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
+    """Per window [w0, w1) of one thread, the ns its events (names, ts, end: one thread's, sorted by start) spend in
+    ATen operators: the union of the ATen events (and of a tensor subclass's dispatch, PythonSubclass, around the
+    ATen operators it runs), less the dispatch's own time outside the operators nested in it."""
+    name = pd.Series(names, dtype=object)
+    ai = np.flatnonzero(name.str.startswith("aten::", na=False).to_numpy(bool))
+    pi = np.flatnonzero((name == "PythonSubclass").to_numpy(bool))
+    both = np.sort(np.concatenate((ai, pi)))
+    got = covered_ns(*union_spans(ts[both], end[both]), w0, w1)
+    if not len(pi):
+        return got
+    p0, p1 = union_spans(ts[pi], end[pi])
+    k = np.searchsorted(p0, ts[ai], side="right") - 1
+    nested = ai[(k >= 0) & (ts[ai] < p1[np.maximum(k, 0)])]
+    return got - covered_ns(p0, p1, w0, w1) + covered_ns(*union_spans(ts[nested], end[nested]), w0, w1)
 
 
 def _spread_over_pieces(g, recompute: np.ndarray) -> None:

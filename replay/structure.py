@@ -12,9 +12,10 @@ From the dependency graph and op_facts (replay/memory.py), per rank and profiled
   (the row-parallel one, itself included) are split; norms and residual adds are not (Megatron's and DTensor's
   `ColwiseParallel` / `RowwiseParallel` plan). A column-parallel linear's input gradient and a row-parallel
   linear's output are all-reduced: one collective each, per block and micro-batch;
-- the per-op floor (op_facts: the run's own time of ops that move no data, times the ops in a node) and the thread's
-  gap before it (Python, the framework): what a node takes whatever its size; the rest of its time follows its
-  tokens (and its share of a split);
+- the per-op floor (op_facts: the run's own time of ops that move no data, times the ops in a node), the node's
+  time outside ATen operators (autograd's engine, hooks: op_facts' aten_share) and the thread's gap before it
+  (Python, the framework): what a node takes whatever its size; the rest of its time follows its tokens (and its
+  share of a split);
 - tensor-parallel glue (DTensor's Redistribute, wrappers) and collective calls: CPU time per collective;
 - FSDP's own work: the ops inside its `FSDP::` record_function ranges (copies into and out of the flat buffers,
   its hooks), which only a sharded layout spends;
@@ -221,13 +222,16 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
         m = g.rank == r
         floor[m] = f * facts.n_ops[m]
     dur = g.dur_ns.astype(np.float64)
-    floor = np.minimum(floor, dur)
+    # a node's time outside ATen operators (autograd's engine, hooks, Python: op_facts' aten_share) is floor too,
+    # but for a tensor subclass's dispatch (wrap: spent only by a layout that has the subclass)
+    aten_ns = dur * facts.aten_share
+    wrap = _wrapper_ns(g, ev, cpu)
+    floor = np.minimum(floor, aten_ns) + np.maximum(dur - aten_ns - wrap, 0.0)
     # the thread's time between ops (Python, the framework) is the next op's, and does not follow its size
     thread = g.edge_kind == _graph.E["thread"]
     gap = np.zeros(len(g.kind))
     np.add.at(gap, g.dst[thread], np.maximum(g.lag_ns[thread], 0))
     _gpu_work(g, facts, cpu, dur, floor, gap)
-    wrap = _wrapper_ns(g, ev, cpu)
     wrap = np.minimum(wrap, dur - floor)
     rest = dur - floor - wrap
     # FSDP's own work inside another node (its post-backward reduce, its pre-backward unshard): FSDP's, not the node's

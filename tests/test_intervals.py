@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analyses._sql import sql_text
-from analyses.intervals import GroupedIntervals, union_ns, union_spans
+from analyses.intervals import GroupedIntervals, covered_ns, union_ns, union_spans
 
 
 def _spans(start, end):
@@ -35,6 +35,25 @@ def test_touching_or_not_the_length_is_the_same():
 def test_sorted_input_keeps_its_order_ties_included():
     # the dependency graph passes spans sorted by start; a zero-length one before a longer one at the same start
     assert _spans([0, 0, 7], [0, 5, 8]) == [(0, 0), (0, 5), (7, 8)]
+
+
+@pytest.mark.parametrize("window, ns", [
+    ((0, 50), 25),   # every span
+    ((3, 15), 7),    # the tail of one, the head of the next
+    ((12, 35), 13),
+    ((0, 5), 5),     # exactly one span
+    ((25, 28), 0),   # between spans
+    ((45, 60), 0),   # after them all
+    ((-5, 2), 2),    # before them all, into the first
+    ((12, 14), 2),   # inside one
+])
+def test_covered_ns_is_the_spans_time_inside_each_window(window, ns):
+    start, end = np.array([0, 10, 30]), np.array([5, 20, 40])
+    got = covered_ns(start, end, np.array([window[0]]), np.array([window[1]]))
+    assert got.tolist() == [ns]
+    # the same as the union of the spans clipped to the window
+    assert ns == union_ns(np.clip(start, *window), np.clip(end, *window))
+    assert covered_ns(start[:0], end[:0], np.array([window[0]]), np.array([window[1]])).tolist() == [0]
 
 
 def test_the_sql_islands_follow_the_same_rule():
