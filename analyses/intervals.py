@@ -44,13 +44,15 @@ def covered_ns(start: np.ndarray, end: np.ndarray, win_start: np.ndarray, win_en
     """Per window [win_start, win_end): how much of it the spans [start, end) cover; the spans sorted and disjoint
     (union_spans' output, or the outermost events of one thread). In the spans' unit (ns by the callers' names)."""
     start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    if not len(start):
+        return np.zeros(len(np.asarray(win_start)), np.int64)
     before = np.concatenate(([0], np.cumsum(end - start)))  # covered before span i starts: before[i]
 
     def upto(t):  # covered before t
         t = np.asarray(t, np.int64)
         k = np.searchsorted(start, t, side="right")  # spans begun by t
         last = np.maximum(k - 1, 0)
-        inside = np.where(k > 0, np.minimum(end[last] if len(end) else 0, t) - (start[last] if len(start) else 0), 0)
+        inside = np.where(k > 0, np.minimum(end[last], t) - start[last], 0)
         return before[last] + np.maximum(inside, 0)
 
     return np.maximum(upto(win_end) - upto(win_start), 0)

@@ -180,8 +180,8 @@ def test_a_nodes_time_outside_aten_operators_does_not_follow_the_batch():
 def test_a_tensor_subclass_dispatch_is_not_operator_time():
     # one thread (us): a DTensor aten::addmm of 100, its PythonSubclass dispatch 10-90 running the local aten::addmm
     # 40-70; autograd's engine 100-150 around an aten::mm 110-130; Python 150-200
-    names = np.array(["aten::addmm", "PythonSubclass", "aten::addmm", "autograd::engine::evaluate_function: MmBackward0",
-                      "aten::mm"], object)
+    names = np.array(["aten::addmm", "PythonSubclass", "aten::addmm",
+                      "autograd::engine::evaluate_function: MmBackward0", "aten::mm"], object)
     ts = np.array([0, 10, 40, 100, 110])
     end = np.array([100, 90, 70, 150, 130])
     w0, w1 = np.array([0, 0, 100, 20, 150]), np.array([100, 200, 150, 60, 200])
@@ -483,7 +483,8 @@ def test_a_node_cut_short_holds_no_more_time_outside_operators_than_its_event(tp
         inside = memory._aten_ns(e.name.to_numpy(object), t0, t1, t0, t1)
         own.append(e[["rank", "event_id", "ts_ns", "dur_ns"]].assign(outside=e.dur_ns.to_numpy() - inside))
     cut = nodes.merge(pd.concat(own), on=["rank", "event_id"])
-    cut = cut[(cut.start >= cut.ts_ns) & (cut.start + cut.node_ns <= cut.ts_ns + cut.dur_ns) & (cut.node_ns < cut.dur_ns)]
+    inside = (cut.start >= cut.ts_ns) & (cut.start + cut.node_ns <= cut.ts_ns + cut.dur_ns)
+    cut = cut[inside & (cut.node_ns < cut.dur_ns)]
     assert len(cut) > 0  # the tensor-parallel run's waits cut nodes short
     assert (cut.glue <= cut.outside + 1e-6).all(), cut[cut.glue > cut.outside + 1e-6].head()
 
