@@ -452,7 +452,8 @@ def test_turning_checkpointing_off_takes_the_recomputes_python_out_too(tp_pair):
     run = tp_pair["full"][0]
     g, facts, cpu = _graph_facts(run)
     names = g.name.astype(str)
-    assert (facts.aten_share[cpu & (names == "aten::layer_norm")] == 1.0).all()
+    norms = cpu & (names == "aten::layer_norm")
+    assert norms.any() and (facts.aten_share[norms] == 1.0).all()
     # a linear on DTensor weights spends part of its time in the subclass's dispatch, Python
     assert (facts.aten_share[cpu & (names == "aten::linear")] < 1.0).any()
     ran = facts.recompute_ns > 0
