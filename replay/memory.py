@@ -22,13 +22,13 @@ What the trace shows, per graph node (op_facts):
 
 The batch scale s: a token-following op takes floor + (t - floor) x s (GPU kernels: the rank's smallest kernel as
 the floor; a GPU rank's CPU ops launch and do not scale; a CPU node's time outside ATen operators, a backward node's
-autograd engine and checkpoint hooks, DTensor's dispatch, is floor too); a collective whose tensors carry the
-tokens (tensor parallelism's all-reduces, a pipeline's sends) carries s x its bytes; a gradient or parameter
-collective is unchanged. Checkpointing "full" on a run without it adds the blocks' ops and the collectives carrying tokens in
-them (tensor parallelism's) to the backward (each backward node's time x (1 + recompute / backward), per rank);
-"none" on a checkpointed run takes the nested recompute out of the nodes that ran it (its ATen operators and the
-Python around them: _recompute_python_ns), and its collectives carry nothing. Not modelled: the hooks a checkpoint
-adds to every op and backward node of its blocks (pack and unpack, Python: see docs/whatif.md), in either direction.
+autograd engine and checkpoint hooks, DTensor's dispatch, is floor too); a collective whose tensors carry the tokens
+(tensor parallelism's all-reduces, a pipeline's sends) carries s x its bytes; a gradient or parameter collective is
+unchanged. Checkpointing "full" on a run without it adds the blocks' ops and the collectives carrying tokens in them
+(tensor parallelism's) to the backward (each backward node's time x (1 + recompute / backward), per rank); "none" on
+a checkpointed run takes the nested recompute out of the nodes that ran it (its ATen operators and the Python around
+them: _recompute_python_ns), and its collectives carry nothing. Not modelled: the hooks a checkpoint adds to every
+op and backward node of its blocks (pack and unpack, Python: see docs/whatif.md), in either direction.
 """
 from __future__ import annotations
 
