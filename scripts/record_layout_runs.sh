@@ -2,10 +2,16 @@
 # Record the parallel-layout validation runs on the testbed (network namespaces, tc-shaped links; needs root,
 # iproute2 and pip install 'tracekit[capture]'): one small transformer (tracekit demo-layout) under every
 # layout, each from PyTorch's own API, at several link rates, on 2 hosts and on 4.
-# Usage: scripts/record_layout_runs.sh [OUT_DIR] [small|poll]   (default: runs/layouts; ~420 MB, not bundled)
+# Usage: [REPEATS=N] scripts/record_layout_runs.sh [OUT_DIR] [small|poll|pairs]   (default: runs/layouts; ~420 MB,
+#   not bundled)
 #   small: the bundled samples' configuration (sample_traces/layouts)
 #   poll:  the full matrix with the CPUs held out of their idle states (tracekit demo-layout --poll-idle): on this
 #          VM compute after a wait runs slower the slower the links, which a network what-if cannot know
+#   pairs: poll's 1-D layouts on 2 hosts only (the rate pairs; ~60 MB a recording)
+#   REPEATS=N: record each layout's rates N times over, into OUT_DIR/rep1 .. repN (default 1: into OUT_DIR
+#          itself): on a shared VM the CPU speed drifts by tens of percent over minutes, and noise only adds time,
+#          so bench/whatif_layouts.py reads the fastest of a run's N recordings as its measurement, and reports
+#          each sweep of the rates on its own as well
 # Record on a quiet machine: step times are measured, and other work on the cores moves them.
 set -euo pipefail
 out="${1:-runs/layouts}"
@@ -72,31 +78,40 @@ fi
 # 0.92 M parameters (d 128, 4 blocks), 8 x 64 tokens a step, 8 profiled steps (a pipeline's step boundaries jitter:
 # the medians need them)
 model=(--d-model 128 --layers 4 --heads 4 --vocab 512 --seq-len 64 --batch-size 8 --steps 8 --warmup 2 --timed-steps 1)
-if [ "$mode" = poll ]; then
+if [ "$mode" = poll ] || [ "$mode" = pairs ]; then
   model+=(--poll-idle)
 fi
+repeats="${REPEATS:-1}"
+dest() {  # REP: where recording REP of the set goes
+  if [ "$repeats" -gt 1 ]; then echo "$out/rep$1"; else echo "$out"; fi
+}
 # Every 1-D layout on 2 hosts, one rank each, at four rates spanning 8x: "links r_b/r_a" between every ordered pair.
 # A layout's runs one after another, so that the runs a pair compares are minutes apart, not the whole matrix: the
 # VM's CPU speed drifts on its own over minutes (a fixed loop took 156-249 ms within two), and a replay keeps each
-# op's measured time.
+# op's measured time. Repeated, a layout's sweeps of the rates one after another.
 for l in "${one_d[@]}"; do
-  for rate in 50 100 200 400; do
-    tracekit demo-layout --out "$out/${l}_2r_2hosts_${rate}mbit" --layout "$l" --ranks 2 --hosts 2 \
-      --link-rate-mbit "$rate" "${model[@]}"
+  for rep in $(seq 1 "$repeats"); do
+    for rate in 50 100 200 400; do
+      tracekit demo-layout --out "$(dest "$rep")/${l}_2r_2hosts_${rate}mbit" --layout "$l" --ranks 2 --hosts 2 \
+        --link-rate-mbit "$rate" "${model[@]}"
+    done
   done
 done
 # Every layout on 4 ranks, on 2 hosts (two ranks a host: a mesh's inner dimension inside a host) and on 4,
 # at two rates 4x apart: the rate pairs on each placement, and 2 <-> 4 hosts between the placements.
 for l in "${one_d[@]}" "${two_d[@]}"; do
-  for hosts in 2 4; do
-    for rate in 100 400; do
-      tracekit demo-layout --out "$out/${l}_4r_${hosts}hosts_${rate}mbit" --layout "$l" --ranks 4 --hosts "$hosts" \
-        --link-rate-mbit "$rate" "${model[@]}"
+  [ "$mode" = pairs ] && break
+  for rep in $(seq 1 "$repeats"); do
+    for hosts in 2 4; do
+      for rate in 100 400; do
+        tracekit demo-layout --out "$(dest "$rep")/${l}_4r_${hosts}hosts_${rate}mbit" --layout "$l" --ranks 4 \
+          --hosts "$hosts" --link-rate-mbit "$rate" "${model[@]}"
+      done
     done
   done
 done
 
-for d in "$out"/*/; do
+for d in $(find "$out" -name run.json -printf '%h\n' | sort); do
   tracekit ingest "$d" --quiet
 done
 du -sh "$out"
