@@ -13,8 +13,9 @@ What the trace shows, per graph node (op_facts):
   transposes, ...); an op's floor does not scale, the rest of its time does;
 - the share of its time inside ATen operators (the outermost ones on its thread, over its own span: a piece of
   an event cut where a nested node or a wait took the thread holds only its part; all of it for an operator, but a
-  tensor subclass's dispatch around the operators it runs: DTensor's): the rest, a backward node's autograd engine
-  and hooks, DTensor's sharding propagation, is Python that no tensor's size moves;
+  tensor subclass's dispatch around the operators it runs: DTensor's, dispatch_ns): the rest, a backward node's
+  autograd engine and hooks, DTensor's sharding propagation and its operators' way into Python, is what no tensor's
+  size moves;
 - checkpoint recompute nested in it: a backward node whose nested ops carry an autograd sequence number ran a
   forward again (inside a backward, only a recompute builds autograd nodes);
 - the repeated blocks of the forward: the smallest period of the forward's op-name sequence whose repeats cover
@@ -137,6 +138,9 @@ class OpFacts:
     # rank, tid, start, end of each collective call whose tensors carry the tokens (a pipeline's send of an
     # activation, tensor parallelism's all-reduce): the communication buffers made in them follow the batch
     token_calls: pd.DataFrame | None = None
+    # float per node: its ns in a tensor subclass's dispatch, outside the operators it runs (_operator_split_ns;
+    # neither aten_share's nor the tokens')
+    dispatch_ns: np.ndarray | None = None
 
     @property
     def checkpointed(self) -> bool:
@@ -154,6 +158,7 @@ def op_facts(run, g) -> OpFacts:
     op_name = g.name.astype(object).copy()
     n_ops = np.ones(n, np.int64)
     aten_share = np.ones(n)
+    dispatch = np.zeros(n)
     recompute = np.zeros(n, np.int64)
     floor, kfloor = {}, {}
     recompute_spans = []  # (rank, tid, start, end) of each recompute
@@ -212,8 +217,8 @@ def op_facts(run, g) -> OpFacts:
         # time inside PythonSubclass but outside the ATen operators nested in it is Python, whatever the tokens)
         n0 = g.start_ns[sel].astype(np.int64)
         n1 = n0 + g.dur_ns[sel].astype(np.int64)
-        node_share = _aten_ns(nm, ts, end, n0, n1) / np.maximum(n1 - n0, 1)
-        node_share = np.where(n1 > n0, np.clip(node_share, 0.0, 1.0), 1.0)
+        aten_ns, dispatch_ns = _operator_split_ns(nm, ts, end, n0, n1)
+        node_share = np.where(n1 > n0, np.clip(aten_ns / np.maximum(n1 - n0, 1), 0.0, 1.0), 1.0)
         # checkpoint recompute: ops with an autograd sequence number nested in a backward node (not the node's own
         # autograd events), the outermost of them
         seq = e.seq.to_numpy(np.int64)
@@ -252,6 +257,7 @@ def op_facts(run, g) -> OpFacts:
         op_name[sel] = top_name[where_top]
         n_ops[sel] = count[where_top]
         aten_share[sel] = node_share
+        dispatch[sel] = np.clip(dispatch_ns, 0, n1 - n0)
         recompute[sel] = rec[where_top]
         views = np.isin(nm, VIEW_OPS)
         if views.any():
@@ -300,26 +306,37 @@ def op_facts(run, g) -> OpFacts:
                                 "start": calls.ts_ns.to_numpy(np.int64),
                                 "end": (calls.ts_ns + calls.dur_ns).to_numpy(np.int64)})
     facts = OpFacts(phase, act, n_ops, aten_share, recompute, np.zeros(n, np.int64), floor, kfloor, coll_act,
-                    coll_rec, spans, nested=nested, op_name=op_name, token_calls=token_calls)
+                    coll_rec, spans, nested=nested, op_name=op_name, token_calls=token_calls, dispatch_ns=dispatch)
     _blocks(g, facts)
     return facts
 
 
-def _aten_ns(names: np.ndarray, ts: np.ndarray, end: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> np.ndarray:
-    """Per window [w0, w1) of one thread, the ns its events (names, ts, end: one thread's, sorted by start) spend in
-    ATen operators: the union of the ATen events (and of a tensor subclass's dispatch, PythonSubclass, around the
-    ATen operators it runs), less the dispatch's own time outside the operators nested in it."""
+def _operator_split_ns(names: np.ndarray, ts: np.ndarray, end: np.ndarray, w0: np.ndarray,
+                       w1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per window [w0, w1) of one thread, (the ns its events spend in ATen operators, the ns they spend in a tensor
+    subclass's dispatch) (names, ts, end: one thread's events, sorted by start). The dispatch is the time of the
+    subclass's operators (an ATen event that holds a PythonSubclass: DTensor's aten::addmm, or aten::linear around
+    DTensor's aten::t and aten::addmm) and of PythonSubclass, less the ATen operators PythonSubclass runs (the local
+    shard's): sharding propagation, the dispatcher's way into Python and back, spent whatever the tokens and only by
+    a layout that has the subclass. ATen time is the rest of the union of the ATen and PythonSubclass events; the rest
+    of a window is neither (autograd's engine, hooks)."""
     name = pd.Series(names, dtype=object)
     ai = np.flatnonzero(name.str.startswith("aten::", na=False).to_numpy(bool))
     pi = np.flatnonzero((name == "PythonSubclass").to_numpy(bool))
     both = np.sort(np.concatenate((ai, pi)))
     got = covered_ns(*union_spans(ts[both], end[both]), w0, w1)
     if not len(pi):
-        return got
+        return got, np.zeros(len(got))
     p0, p1 = union_spans(ts[pi], end[pi])
     k = np.searchsorted(p0, ts[ai], side="right") - 1
-    nested = ai[(k >= 0) & (ts[ai] < p1[np.maximum(k, 0)])]
-    return got - covered_ns(p0, p1, w0, w1) + covered_ns(*union_spans(ts[nested], end[nested]), w0, w1)
+    in_p = (k >= 0) & (ts[ai] < p1[np.maximum(k, 0)])
+    starts = np.sort(ts[pi])
+    holds = np.searchsorted(starts, ts[ai], side="left") < np.searchsorted(starts, end[ai], side="left")
+    outer = np.sort(np.concatenate((ai[holds & ~in_p], pi)))
+    local = ai[in_p]
+    dispatch = covered_ns(*union_spans(ts[outer], end[outer]), w0, w1) - \
+        covered_ns(*union_spans(ts[local], end[local]), w0, w1)
+    return got - dispatch, dispatch
 
 
 def _spread_over_pieces(g, recompute: np.ndarray) -> None:

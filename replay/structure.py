@@ -19,8 +19,9 @@ From the dependency graph and op_facts (replay/memory.py), per rank and profiled
 - tensor-parallel glue (DTensor's Redistribute, wrappers) and collective calls: CPU time per collective;
 - FSDP's own work: the ops inside its `FSDP::` record_function ranges (copies into and out of the flat buffers,
   its hooks), which only a sharded layout spends;
-- a tensor subclass's dispatch: an op holding a nested op of its own name through `PythonSubclass` (DTensor's
-  aten::addmm -> PythonSubclass -> aten::addmm on the local shard) spent the difference dispatching;
+- a tensor subclass's dispatch (op_facts' dispatch_ns: DTensor's aten::addmm -> PythonSubclass -> aten::addmm on
+  the local shard; the subclass's operators' and PythonSubclass's time outside the operators it runs), which only
+  a layout with the subclass spends;
 - on a GPU rank, an op's work is the compute kernels it launched (the step follows the device);
 - the optimizer: its ops' floors (a set per parameter tensor) and the rest, which follows the bytes a rank holds;
   the rest of the step (data loading, hooks: kept);
@@ -223,9 +224,10 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
         floor[m] = f * facts.n_ops[m]
     dur = g.dur_ns.astype(np.float64)
     # a node's time outside ATen operators (autograd's engine, hooks, Python: op_facts' aten_share) is floor too,
-    # but for a tensor subclass's dispatch (wrap: spent only by a layout that has the subclass)
+    # but for a tensor subclass's dispatch (wrap, op_facts' dispatch_ns: spent only by a layout that has the subclass,
+    # DTensor's: tensor parallelism's activations, the optimizer on FSDP2's or TP's parameters)
     aten_ns = dur * facts.aten_share
-    wrap = _wrapper_ns(g, ev, cpu)
+    wrap = np.where(cpu, facts.dispatch_ns, 0.0) if facts.dispatch_ns is not None else np.zeros(len(g.kind))
     floor = np.minimum(floor, aten_ns) + np.maximum(dur - aten_ns - wrap, 0.0)
     # the thread's time between ops (Python, the framework) is the next op's, and does not follow its size
     thread = g.edge_kind == _graph.E["thread"]
@@ -309,47 +311,6 @@ def _inside(g, run, prefix: str) -> tuple[np.ndarray, np.ndarray]:
         starts[mine] = (ia >= 0) & (a < e0[np.maximum(ia, 0)])
         covered[mine] = upto(b, ib) - upto(a, ia)
     return starts, covered
-
-
-def _wrapper_ns(g, ev: pd.DataFrame, cpu: np.ndarray) -> np.ndarray:
-    """Per graph node, the time a tensor subclass's dispatch adds inside it: an op that holds a nested op of its own
-    name (DTensor's aten::addmm -> PythonSubclass -> aten::addmm on the local shard) spent its time less the nested
-    one's dispatching, not computing. A layout without the subclass (DTensor: tensor parallelism's activations, the
-    optimizer on FSDP2's or TP's parameters) does not spend it."""
-    out = np.zeros(len(g.kind))
-    x = ev[ev.name.notna()].sort_values(["rank", "tid", "ts_ns", "end_ns"], ascending=[True, True, True, False])
-    if not (x.name == "PythonSubclass").any():
-        return out
-    over = {}
-    for (r, _tid), e in x.groupby(["rank", "tid"], sort=False):
-        names, ts, end, ids = e.name.to_numpy(object), e.ts_ns.to_numpy(), e.end_ns.to_numpy(), e.event_id.to_numpy()
-        stack = []  # open events: index
-        for i in range(len(e)):
-            while stack and end[stack[-1]] <= ts[i]:
-                stack.pop()
-            # a same-named op two levels in (through the subclass's dispatch) is the wrapper's work
-            if len(stack) >= 2 and names[stack[-1]] == "PythonSubclass" and names[stack[-2]] == names[i]:
-                w = stack[-2]
-                over[(int(r), int(ids[w]))] = over.get((int(r), int(ids[w])), 0) + (end[w] - ts[w]) - (end[i] - ts[i])
-                # attribute it to the outermost open event (the graph's node holds it)
-            stack.append(i)
-    if not over:
-        return out
-    # each wrapper's overhead goes to the graph node (a top-level op) that holds it
-    s = pd.Series(over)
-    nodes = np.flatnonzero(cpu)
-    for r in np.unique(g.rank[nodes]):
-        mine = nodes[g.rank[nodes] == r]
-        mine = mine[np.argsort(g.start_ns[mine], kind="stable")]
-        if r not in s.index.get_level_values(0):
-            continue
-        sub = s.xs(r, level=0)
-        at = ev[(ev["rank"] == r) & ev.event_id.isin(sub.index)].drop_duplicates("event_id").set_index("event_id").ts_ns
-        starts = at.reindex(sub.index).to_numpy()
-        pos = np.searchsorted(g.start_ns[mine], starts, side="right") - 1
-        ok = pos >= 0
-        np.add.at(out, mine[pos[ok]], np.maximum(sub.to_numpy(float)[ok], 0))
-    return out
 
 
 def _gpu_work(g, facts: OpFacts, cpu: np.ndarray, dur: np.ndarray, floor: np.ndarray, gap: np.ndarray) -> None:

@@ -185,10 +185,15 @@ def test_a_tensor_subclass_dispatch_is_not_operator_time():
     ts = np.array([0, 10, 40, 100, 110])
     end = np.array([100, 90, 70, 150, 130])
     w0, w1 = np.array([0, 0, 100, 20, 150]), np.array([100, 200, 150, 60, 200])
-    # the DTensor op: 10 + 30 + 10 of its 100 are operators, the 50 of dispatch around the local op are not
-    assert memory._aten_ns(names, ts, end, w0, w1).tolist() == [50, 70, 20, 20, 0]
+    # the DTensor op: 30 of its 100 are the local operator's; the dispatch around it, the outer op's own 20 and the
+    # subclass's 50, is not
+    aten, dispatch = memory._operator_split_ns(names, ts, end, w0, w1)
+    assert aten.tolist() == [30, 50, 20, 20, 0]
+    assert dispatch.tolist() == [70, 70, 0, 20, 0]
     plain = np.array(["aten::addmm", "aten::view", "aten::addmm", "x", "aten::mm"], object)
-    assert memory._aten_ns(plain, ts, end, w0, w1).tolist() == [100, 120, 20, 40, 0]
+    aten, dispatch = memory._operator_split_ns(plain, ts, end, w0, w1)
+    assert aten.tolist() == [100, 120, 20, 40, 0]
+    assert dispatch.tolist() == [0, 0, 0, 0, 0]
 
 
 def test_unchanged_sections_give_the_baseline_and_the_measured_peak(run):
@@ -481,7 +486,7 @@ def test_a_node_cut_short_holds_no_more_time_outside_operators_than_its_event(tp
         e = e.sort_values("ts_ns", kind="stable")
         t0 = e.ts_ns.to_numpy(np.int64)
         t1 = t0 + e.dur_ns.to_numpy(np.int64)
-        inside = memory._aten_ns(e.name.to_numpy(object), t0, t1, t0, t1)
+        inside = memory._operator_split_ns(e.name.to_numpy(object), t0, t1, t0, t1)[0]
         own.append(e[["rank", "event_id", "ts_ns", "dur_ns"]].assign(outside=e.dur_ns.to_numpy() - inside))
     cut = nodes.merge(pd.concat(own), on=["rank", "event_id"])
     inside = (cut.start >= cut.ts_ns) & (cut.start + cut.node_ns <= cut.ts_ns + cut.dur_ns)
