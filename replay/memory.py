@@ -213,8 +213,8 @@ def op_facts(run, g) -> OpFacts:
         count = np.bincount(holder[holder >= 0], minlength=len(tops))
         # the time of each node inside ATen operators, over the node's own span (a piece of an event, cut where a
         # nested node or a wait took the thread, holds only its part): the thread's outermost ATen events', less a
-        # tensor subclass's dispatch (DTensor's aten::addmm -> PythonSubclass -> aten::addmm on the local shard: the
-        # time inside PythonSubclass but outside the ATen operators nested in it is Python, whatever the tokens)
+        # tensor subclass's dispatch (DTensor's aten::addmm -> PythonSubclass -> aten::addmm on the local shard: all
+        # but the local operator is dispatch, whatever the tokens), which is the node's dispatch_ns
         n0 = g.start_ns[sel].astype(np.int64)
         n1 = n0 + g.dur_ns[sel].astype(np.int64)
         aten_ns, dispatch_ns = _operator_split_ns(nm, ts, end, n0, n1)
