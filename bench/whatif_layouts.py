@@ -55,6 +55,12 @@ def _sweeps(root: Path) -> list[dict[str, Path]]:
     return [r for r in (_runs(p) for p in reps) if r] or [_runs(root)]
 
 
+def _store(tmp: str, path: Path) -> str:
+    """The one store a recording is ingested into for the whole bench (its sweep's folder and its name)."""
+    Path(tmp, path.parent.name).mkdir(parents=True, exist_ok=True)
+    return f"{tmp}/{path.parent.name}/{path.name}"
+
+
 def fastest(sweeps: list[dict[str, Path]], tmp: str) -> tuple[dict[str, Path], dict[str, list[float]]]:
     """Each run's fastest recording (its measured step, the slowest rank's median, as the table measures it) and
     every recording's step in ms, in sweep order."""
@@ -64,7 +70,7 @@ def fastest(sweeps: list[dict[str, Path]], tmp: str) -> tuple[dict[str, Path], d
     steps: dict[str, list[tuple[float, Path]]] = {}
     for k, sweep in enumerate(sweeps):
         for name, path in sweep.items():
-            run = tracekit.open(str(path), store=f"{tmp}/{name}.rep{k}")
+            run = tracekit.open(str(path), store=_store(tmp, path))
             steps.setdefault(name, []).append((step_ns(run) / 1e6, path))
             run.close()
     return ({n: min(v, key=lambda t: t[0])[1] for n, v in steps.items()},
@@ -73,8 +79,8 @@ def fastest(sweeps: list[dict[str, Path]], tmp: str) -> tuple[dict[str, Path], d
 
 def sweep_errors(sweeps: list[dict[str, Path]], tmp: str) -> list[list[float]]:
     """Per sweep, the default model's error on every rate pair whose two runs that sweep recorded."""
-    return [[r["links"] for r in validate(sweep, f"{tmp}/s{k}", models=("links",), diagnostic=False)
-             if r["kind"] == "pair"] for k, sweep in enumerate(sweeps)]
+    return [[r["links"] for r in validate(sweep, tmp, models=("links",), diagnostic=False) if r["kind"] == "pair"]
+            for sweep in sweeps]
 
 
 def _groups(names) -> dict[tuple, dict[int, str]]:
@@ -112,18 +118,15 @@ def cases(names) -> list[tuple]:
 
 
 def validate(runs: dict[str, Path], tmp: str, models=MODELS, diagnostic: bool = True) -> list[dict]:
-    import os
-
     import replay
     import tracekit
     from replay.scenario import scenario_from_dict
 
-    os.makedirs(tmp, exist_ok=True)
     opened, measured, compute, per_rank = {}, {}, {}, {}
 
     def run_of(name):
         if name not in opened:
-            opened[name] = tracekit.open(str(runs[name]), store=f"{tmp}/{name}")
+            opened[name] = tracekit.open(str(runs[name]), store=_store(tmp, runs[name]))
             measured[name] = int(replay.run(opened[name]).summary().measured_step_ns.max())
             per_rank[name] = compute_per_rank(opened[name])
             compute[name] = max(per_rank[name].values()) if per_rank[name] else None
@@ -183,7 +186,7 @@ def exposed_agreement(runs: dict[str, Path], tmp: str) -> list[dict]:
         if hosts != 2 or ranks == 4 and layout not in ("fsdp_tp", "dp_pp"):
             continue
         name = by_rate[min(by_rate)]
-        run = tracekit.open(str(runs[name]), store=f"{tmp}/{name}.x")
+        run = tracekit.open(str(runs[name]), store=_store(tmp, runs[name]))
         df = run.analyze("exposed_comm")
         per = exposed_comm_per_rank(df)
         worst = per.sort_values("exposed_comm_ns").iloc[-1]
@@ -215,11 +218,11 @@ def doctor_checks(runs: dict[str, Path], tmp: str) -> list[dict]:
             if 2 * rate not in by_rate:
                 continue
             src, dst = by_rate[rate], by_rate[2 * rate]
-            run = tracekit.open(str(runs[src]), store=f"{tmp}/{src}.d")
+            run = tracekit.open(str(runs[src]), store=_store(tmp, runs[src]))
             found = doctor(run)
             top = found[0] if found else None
             comm = next((f for f in found if f["kind"] == "exposed_communication" and f["rank"] is None), None)
-            target = tracekit.open(str(runs[dst]), store=f"{tmp}/{dst}.d")
+            target = tracekit.open(str(runs[dst]), store=_store(tmp, runs[dst]))
             meas = int(replay.run(target).summary().measured_step_ns.max())
             pred = comm["predicted_step_ns"] if comm else None
             rows.append({"run": src, "twice": dst, "top": top["kind"] if top else "none",

@@ -330,8 +330,7 @@ def _operator_split_ns(names: np.ndarray, ts: np.ndarray, end: np.ndarray, w0: n
     p0, p1 = union_spans(ts[pi], end[pi])
     k = np.searchsorted(p0, ts[ai], side="right") - 1
     in_p = (k >= 0) & (ts[ai] < p1[np.maximum(k, 0)])
-    starts = np.sort(ts[pi])
-    holds = np.searchsorted(starts, ts[ai], side="left") < np.searchsorted(starts, end[ai], side="left")
+    holds = np.searchsorted(ts[pi], ts[ai], side="left") < np.searchsorted(ts[pi], end[ai], side="left")  # ts sorted
     outer = np.sort(np.concatenate((ai[holds & ~in_p], pi)))
     local = ai[in_p]
     dispatch = covered_ns(*union_spans(ts[outer], end[outer]), w0, w1) - \

@@ -227,7 +227,7 @@ def structure(run, g, facts: OpFacts, micro_batches: int = 1, where: str = "") -
     # but for a tensor subclass's dispatch (wrap, op_facts' dispatch_ns: spent only by a layout that has the subclass,
     # DTensor's: tensor parallelism's activations, the optimizer on FSDP2's or TP's parameters)
     aten_ns = dur * facts.aten_share
-    wrap = np.where(cpu, facts.dispatch_ns, 0.0) if facts.dispatch_ns is not None else np.zeros(len(g.kind))
+    wrap = np.where(cpu, facts.dispatch_ns, 0.0)
     floor = np.minimum(floor, aten_ns) + np.maximum(dur - aten_ns - wrap, 0.0)
     # the thread's time between ops (Python, the framework) is the next op's, and does not follow its size
     thread = g.edge_kind == _graph.E["thread"]
