@@ -23,7 +23,7 @@ import pandas as pd
 from analyses import depgraph as _graph
 from tracekit.shaping import bucket_of
 
-from . import linkfit, links, parallelism, pools, topology
+from . import costs, linkfit, links, parallelism, pools, topology
 from .calibration import calibrate
 from .checks import ScenarioError
 from .network import CalibratedModel, CommModel
@@ -414,19 +414,25 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
     ring's p - 1 hand-offs waits for a worker thread to wake (up to p - 1 times the run's typical wake-up, the
     median time a caller took to wake after its own side had finished); the rest is the last of its data still
     on the link, which follows the flow's bottleneck capacity, and is no longer than all of the flow's bytes take
-    there (what a lag has beyond that is CPU too: a rank descheduled on a busy machine). A caller woken later still
-    than its own side finished woke up a thread: that part of its host-wait lag stays. Every one of them waits the
-    transfer's tail (replay/linkfit.py), and so does a message queued behind the transfer on its pair's stream."""
+    there, or than what can still be on them once the first participant finished (on_links_after_first_ns: an
+    all-reduce's ranks end together where its links are alike); what a lag has beyond that is CPU too (a rank
+    descheduled on a busy machine). A caller woken later still than its own side finished woke up a thread: that
+    part of its host-wait lag stays. Every one of them waits the transfer's tail (replay/linkfit.py), and so does
+    a message queued behind the transfer on its pair's stream."""
     old, new = fit_flows.capacity, flows.capacity
     k = np.ones(len(node_of))
     most = np.full(len(node_of), np.inf)  # ns the flow's bytes take at its bottleneck, under the fit
+    most_after = np.full(len(node_of), np.inf)  # ns of them that can be on the links after the first finisher
+    ops = st.colls.op.astype(str).str.lower().to_numpy()
     extra = np.zeros(len(node_of), np.int64)
     for i in range(len(lf)):
         route = lf.route_links[lf.route_ptr[i]:lf.route_ptr[i + 1]]
+        row = lf.coll_row[i]
         if len(route):
-            k[lf.coll_row[i]] = old[route].min() / new[route].min()
-            most[lf.coll_row[i]] = fit_flows.bytes[i] / old[route].min()
-        extra[lf.coll_row[i]] = tail[i]
+            k[row] = old[route].min() / new[route].min()
+            most[row] = fit_flows.bytes[i] / old[route].min()
+            most_after[row] = on_links_after_first_ns(ops[row], fit_flows.bytes[i], lf.lat_steps[i], old[route])
+        extra[row] = tail[i]
     bar = np.full(g.n_nodes, -1, np.int64)
     bar[node_of] = np.arange(len(node_of))
     rel = np.flatnonzero((g.edge_kind == _graph.E["release"]) & (bar[g.src] >= 0))
@@ -440,10 +446,10 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
     hand_offs = np.maximum(st.colls.group_size.to_numpy(np.float64) - 1.0, 1.0)
 
     def split(lag, row, from_end):
-        """lag = CPU part (kept) + link part (x k, at most the flow's bytes' time); early finishers' lags (from the
-        start) are all transfer."""
+        """lag = CPU part (kept) + link part (x k, at most what the flow's bytes can take there); early finishers'
+        lags (from the start) are all transfer."""
         cpu = np.where(from_end, np.minimum(lag, hand_offs[row] * wake_ns), 0.0)
-        link = np.minimum(lag - cpu, most[row])
+        link = np.minimum(lag - cpu, np.where(from_end, most_after[row], most[row]))
         return np.rint(lag - link + link * k[row]).astype(np.int64)
 
     row = bar[g.src[rel]]
@@ -457,6 +463,17 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
     if len(hw):
         row = bar[g.src[hw]]
         st.lag_ns[hw] = split(hw_net.astype(np.float64), row, np.ones(len(hw), bool)) + woke + extra[row]
+
+
+def on_links_after_first_ns(op: str, nbytes: float, lat_steps: float, capacity: np.ndarray) -> float:
+    """ns a flow's bytes can still take on its links (capacity: theirs, bytes/ns) once its first participant has
+    finished. An all-reduce's last ring step hands every rank its last reduced chunk (bytes / steps) at once: a
+    rank ends later only by what that chunk takes on the slowest link over the fastest, nothing where the links
+    are alike. Any other op's early finisher can leave with its peers' data still on the way: all of it."""
+    if op in costs.REDUCE_OPS:
+        chunk = nbytes / max(lat_steps, 1.0)
+        return float(chunk / capacity.min() - chunk / capacity.max())
+    return float(nbytes / capacity.min())
 
 
 def _nominal_rates(rates: dict[int, float]) -> str:
