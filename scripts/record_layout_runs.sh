@@ -8,6 +8,7 @@
 #   poll:  the full matrix with the CPUs held out of their idle states (tracekit demo-layout --poll-idle): on this
 #          VM compute after a wait runs slower the slower the links, which a network what-if cannot know
 #   pairs: poll's 1-D layouts on 2 hosts only (the rate pairs; ~60 MB a recording)
+#   hosts: poll's 4-rank runs only, on 2 hosts and on 4 (their rate pairs, and 2 <-> 4 hosts)
 #   REPEATS=N: record each layout's rates N times over, into OUT_DIR/rep1 .. repN (default 1: into OUT_DIR
 #          itself): on a shared VM the CPU speed drifts by tens of percent over minutes, and noise only adds time,
 #          so bench/whatif_layouts.py reads the fastest of a run's N recordings as its measurement, and reports
@@ -78,7 +79,7 @@ fi
 # 0.92 M parameters (d 128, 4 blocks), 8 x 64 tokens a step, 8 profiled steps (a pipeline's step boundaries jitter:
 # the medians need them)
 model=(--d-model 128 --layers 4 --heads 4 --vocab 512 --seq-len 64 --batch-size 8 --steps 8 --warmup 2 --timed-steps 1)
-if [ "$mode" = poll ] || [ "$mode" = pairs ]; then
+if [ "$mode" = poll ] || [ "$mode" = pairs ] || [ "$mode" = hosts ]; then
   model+=(--poll-idle)
 fi
 repeats="${REPEATS:-1}"
@@ -90,6 +91,7 @@ dest() {  # REP: where recording REP of the set goes
 # VM's CPU speed drifts on its own over minutes (a fixed loop took 156-249 ms within two), and a replay keeps each
 # op's measured time. Repeated, a layout's sweeps of the rates one after another.
 for l in "${one_d[@]}"; do
+  [ "$mode" = hosts ] && break
   for rep in $(seq 1 "$repeats"); do
     for rate in 50 100 200 400; do
       tracekit demo-layout --out "$(dest "$rep")/${l}_2r_2hosts_${rate}mbit" --layout "$l" --ranks 2 --hosts 2 \
