@@ -280,7 +280,8 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     if shift.any():
         flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift[lf.coll_row], 0), flows.route_ptr,
                       flows.route_links, flows.capacity, flows.burst)
-    _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, _as_run(fitted, prm), factor, share), node_of, tail)
+    _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, _as_run(fitted, prm), factor, share), node_of, tail,
+                        _shared_in_run(g, measured))
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest] + reconfig_ns[rest]
     st.info.flows = flows
@@ -409,13 +410,23 @@ def _as_run(fitted: linkfit.Fit, prm: links.LinkParams) -> links.LinkParams:
     return replace(fitted.params, capacity={**fitted.params.capacity, links.OPTICAL: was})
 
 
-def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) -> None:
+def _shared_in_run(g, measured) -> np.ndarray:
+    """Per collective row (the graph's, which the scenario's rows follow): whether its transfer shared a link with
+    another in the run (links.overlapped)."""
+    start = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
+    end = start + g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row]
+    shared = np.zeros(len(g.colls), bool)
+    shared[measured.coll_row] = links.overlapped(measured, start, end)
+    return shared
+
+
+def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail, shared) -> None:
     """After the shared transfer a participant still waits for its own side of it. Part of that is CPU: each of a
     ring's p - 1 hand-offs waits for a worker thread to wake (up to p - 1 times the run's typical wake-up, the
     median time a caller took to wake after its own side had finished); the rest is the last of its data still
     on the link, which follows the flow's bottleneck capacity, and is no longer than all of the flow's bytes take
-    there, or than what can still be on them once the first participant finished (on_links_after_first_ns: an
-    all-reduce's ranks end together where its links are alike); what a lag has beyond that is CPU too (a rank
+    there, or than what can still be on them once the first participant finished (on_links_after_first_ns: the
+    ranks of an all-reduce alone on alike links end together); what a lag has beyond that is CPU too (a rank
     descheduled on a busy machine). A caller woken later still than its own side finished woke up a thread: that
     part of its host-wait lag stays. Every one of them waits the transfer's tail (replay/linkfit.py), and so does
     a message queued behind the transfer on its pair's stream."""
@@ -431,7 +442,8 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
         if len(route):
             k[row] = old[route].min() / new[route].min()
             most[row] = fit_flows.bytes[i] / old[route].min()
-            most_after[row] = on_links_after_first_ns(ops[row], fit_flows.bytes[i], lf.lat_steps[i], old[route])
+            most_after[row] = on_links_after_first_ns(ops[row], fit_flows.bytes[i], lf.lat_steps[i], old[route],
+                                                      bool(shared[row]))
         extra[row] = tail[i]
     bar = np.full(g.n_nodes, -1, np.int64)
     bar[node_of] = np.arange(len(node_of))
@@ -465,12 +477,18 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail) 
         st.lag_ns[hw] = split(hw_net.astype(np.float64), row, np.ones(len(hw), bool)) + woke + extra[row]
 
 
-def on_links_after_first_ns(op: str, nbytes: float, lat_steps: float, capacity: np.ndarray) -> float:
+def on_links_after_first_ns(op: str, nbytes: float, lat_steps: float, capacity: np.ndarray,
+                            shared: bool) -> float:
     """ns a flow's bytes can still take on its links (capacity: theirs, bytes/ns) once its first participant has
-    finished. An all-reduce's last ring step hands every rank its last reduced chunk (bytes / steps) at once: a
-    rank ends later only by what that chunk takes on the slowest link over the fastest, nothing where the links
-    are alike. Any other op's early finisher can leave with its peers' data still on the way: all of it."""
-    if op in costs.REDUCE_OPS:
+    finished. An all-reduce that had its links to itself (shared: it did not, in the run) ends on a last ring step
+    that hands every rank its last reduced chunk (bytes / steps) at once, each at its link's rate: a rank ends
+    later only by what that chunk takes on the slowest link over the fastest, nothing where the links are alike
+    (a 2-host TP run's 256 KiB all-reduces: the later rank 0.08 ms after the first at 50 Mbit/s, 0.24 ms at 400).
+    One that shared them, with the next bucket's all-reduce on gloo's other thread, ends on each rank as the other
+    transfer left it room (a 2-host DDP job behind 512 KB buckets: 53 ms apart at 50 Mbit/s, 1.4 ms at 800): that
+    is the link's, as any other op's early finisher can leave with its peers' data still on the way: all of the
+    flow's bytes."""
+    if op in costs.REDUCE_OPS and not shared:
         chunk = nbytes / max(lat_steps, 1.0)
         return float(chunk / capacity.min() - chunk / capacity.max())
     return float(nbytes / capacity.min())
