@@ -68,7 +68,7 @@ def fastest(sweeps: list[dict[str, Path]], tmp: str) -> tuple[dict[str, Path], d
     from _common import step_ns
 
     steps: dict[str, list[tuple[float, Path]]] = {}
-    for k, sweep in enumerate(sweeps):
+    for sweep in sweeps:
         for name, path in sweep.items():
             run = tracekit.open(str(path), store=_store(tmp, path))
             steps.setdefault(name, []).append((step_ns(run) / 1e6, path))
