@@ -341,7 +341,7 @@ def test_a_gloo_callers_wake_up_goes_to_the_collective_that_caused_it():
 
 def _late_lags(run, scale):
     """The graph, the edges of participants done after the shared transfer (release and host-wait lags over 1 ms),
-    and those edges' lags less their transfer's tail, with the links scale times as fast."""
+    those edges' lags less their transfer's tail with the links scale times as fast, and the tails."""
     from analyses import depgraph
     from replay.model_steps import _run_host_index, apply_models
 
@@ -351,7 +351,7 @@ def _late_lags(run, scale):
     _, lag, _, info = apply_models(g, scenario_from_dict({"network": {"bandwidth_scale": scale}}, "s.toml"), run)
     tail = dict(zip(links.build(g.colls, _run_host_index(g)).coll_row, info.links.tail_ns))
     extra = np.array([tail.get(c, 0) for c in g.coll[g.src]])
-    return g, late, lag - extra
+    return g, late, lag - extra, extra
 
 
 def _op_of(g):
@@ -365,11 +365,11 @@ def test_an_all_reduce_alone_on_alike_links_ends_together_what_its_late_rank_wai
     # later rank's lag was a median 80 us at 50 Mbit/s and 240 us at 400), so faster links keep every such lag,
     # and each waits its transfer's tail as well
     run = tracekit.open(str(SAMPLES / "layouts" / "tp_2hosts_400mbit"), store=str(tmp_path / "s"))
-    g, late, same = _late_lags(run, 1.0)
+    g, late, same, _ = _late_lags(run, 1.0)
     late &= _op_of(g) == "all_reduce"
     assert late.sum() >= 4
     assert (same[late] == g.lag_ns[late]).all()
-    _, _, slower = _late_lags(run, 0.25)
+    _, _, slower, _ = _late_lags(run, 0.25)
     assert (slower[late] == g.lag_ns[late]).all()
 
 
@@ -379,13 +379,14 @@ def test_an_all_reduce_that_shared_its_links_ends_as_the_other_transfer_left_it_
     # apart at 50 Mbit/s, 1.4 ms at 800): with the links twice as fast that lag shrinks, no further than by half,
     # and a caller's wake-up after its own side finished stays
     run = tracekit.open(str(SAMPLES / "layouts" / "dp_pp_2hosts_100mbit"), store=str(tmp_path / "s"))
-    g, late, same = _late_lags(run, 1.0)
+    g, late, same, tails = _late_lags(run, 1.0)
     late &= _op_of(g) == "all_reduce"
     assert late.sum() >= 4
     assert (same[late] == g.lag_ns[late]).all()
-    _, _, faster = _late_lags(run, 2.0)
+    _, _, faster, tails_faster = _late_lags(run, 2.0)
     assert (faster[late] <= g.lag_ns[late]).all() and (faster[late] >= g.lag_ns[late] // 2).all()
     assert (faster[late] < g.lag_ns[late]).any()
+    assert np.array_equal(tails, tails_faster)  # a transfer's tail is its own: the links do not shrink it
 
 
 def test_a_gathers_late_rank_waits_on_the_links_too(tmp_path):
@@ -393,9 +394,9 @@ def test_a_gathers_late_rank_waits_on_the_links_too(tmp_path):
     # (at 100 Mbit/s, 11-16 ms after the first for a 20-31 ms transfer): with the links twice as fast that lag
     # shrinks, no further than by half; its reduce-scatters, gloo all-reduces alone on the links, keep theirs
     run = tracekit.open(str(SAMPLES / "layouts" / "fsdp_2hosts_100mbit"), store=str(tmp_path / "s"))
-    g, late, same = _late_lags(run, 1.0)
+    g, late, same, _ = _late_lags(run, 1.0)
     assert (same[late] == g.lag_ns[late]).all()
-    _, _, faster = _late_lags(run, 2.0)
+    _, _, faster, _ = _late_lags(run, 2.0)
     op = _op_of(g)
     gather, reduce = late & (op == "all_gather"), late & (op == "all_reduce")
     assert gather.sum() >= 4 and reduce.sum() >= 2
