@@ -49,6 +49,7 @@ class Fit:
     tail_ns: np.ndarray | None = None  # per flow: ns after its bytes have moved
     latency_share: np.ndarray | None = None  # per flow: its latency x this (< 1: a transfer shorter than it)
     notes: list = field(default_factory=list)
+    shared: np.ndarray | None = None  # per flow: whether it shared a link with another in the run (links.overlapped)
     # the inter-node bucket's depth (bytes) when the links' rate is scaled by x (a known bucket: run.json), or None
     burst_at: Callable[[float], float] | None = None
 
@@ -83,7 +84,8 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
     measured = np.asarray(measured_ns, np.int64)
     timed = measured > 0
     present = [c for c in (INTER, INTRA) if ((lf.link_class == c) & timed).any()]
-    alone = ~overlapped(lf, starts, starts + measured) & timed
+    shared = overlapped(lf, starts, starts + measured)
+    alone = ~shared & timed
     cap = {INTRA: 1.0, INTER: 1.0}
     lat = {INTRA: 0.0, INTER: 0.0}
     known = {c: float(v) for c, v in (known_burst or {}).items() if v and c in present}
@@ -150,7 +152,7 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
     factor, tail, share = _factors(lf, starts, measured, params, np.unique(kinds, return_inverse=True)[1], alone,
                                    frame_bytes)
     return Fit(params=params, rel_rms=rms, flows={c: int(((lf.link_class == c) & timed).sum()) for c in present},
-               source=source, factor=factor, tail_ns=tail, latency_share=share, notes=notes)
+               source=source, factor=factor, tail_ns=tail, latency_share=share, notes=notes, shared=shared)
 
 
 def _lone_fit(steps: np.ndarray, size: np.ndarray, y: np.ndarray):

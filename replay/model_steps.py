@@ -222,7 +222,9 @@ def fit_links(g, sc: Scenario, run, st: ModelState):
     rates = _testbed_rates(bed)
     nominal_gbps = net.nic_bandwidth_gbps or (min(rates.values()) / 8e3 if rates else None)  # a ring's slowest
     if net.calibrate == "nccl_tests":  # one collective at a time: the alpha-beta fit is each link alone
-        fitted = linkfit.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests))
+        end = starts + g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row]
+        fitted = replace(linkfit.from_alpha_beta(sc.calibrate(g.colls, st.nccl_tests)),
+                         shared=links.overlapped(measured, starts, end))
     else:
         bucket = bucket_of(bed)  # the links' token bucket, where run.json knows it (the testbed's tc tbf)
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
@@ -280,8 +282,10 @@ def links_step(g, sc: Scenario, run, st: ModelState) -> None:
     if shift.any():
         flows = Flows(flows.node, flows.bytes, np.maximum(flows.latency_ns + shift[lf.coll_row], 0), flows.route_ptr,
                       flows.route_links, flows.capacity, flows.burst)
+    shared = np.zeros(len(st.colls), bool)  # per collective row (the scenario's follow the run's)
+    shared[measured.coll_row] = fitted.shared
     _scale_release_lags(g, st, lf, flows, lf.flows(flows.node, _as_run(fitted, prm), factor, share), node_of, tail,
-                        _shared_in_run(g, measured))
+                        shared)
     rest = np.setdiff1d(np.arange(len(st.colls)), lf.coll_row)
     st.dur_ns[node_of[rest]] = st.colls.measured_transfer_ns.to_numpy(np.int64)[rest] + reconfig_ns[rest]
     st.info.flows = flows
@@ -408,16 +412,6 @@ def _as_run(fitted: linkfit.Fit, prm: links.LinkParams) -> links.LinkParams:
     was = (prm.capacity[links.OPTICAL] if fitted.source.get(links.INTER) == "default"
            else fitted.params.capacity[links.INTER])
     return replace(fitted.params, capacity={**fitted.params.capacity, links.OPTICAL: was})
-
-
-def _shared_in_run(g, measured) -> np.ndarray:
-    """Per collective row (the graph's, which the scenario's rows follow): whether its transfer shared a link with
-    another in the run (links.overlapped)."""
-    start = g.colls.barrier_start_ns.to_numpy(np.int64)[measured.coll_row]
-    end = start + g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row]
-    shared = np.zeros(len(g.colls), bool)
-    shared[measured.coll_row] = links.overlapped(measured, start, end)
-    return shared
 
 
 def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail, shared) -> None:

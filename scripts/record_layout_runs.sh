@@ -2,8 +2,8 @@
 # Record the parallel-layout validation runs on the testbed (network namespaces, tc-shaped links; needs root,
 # iproute2 and pip install 'tracekit[capture]'): one small transformer (tracekit demo-layout) under every
 # layout, each from PyTorch's own API, at several link rates, on 2 hosts and on 4.
-# Usage: [REPEATS=N] scripts/record_layout_runs.sh [OUT_DIR] [small|poll|pairs]   (default: runs/layouts; ~420 MB,
-#   not bundled)
+# Usage: [REPEATS=N] scripts/record_layout_runs.sh [OUT_DIR] [small|poll|pairs|hosts]   (default: runs/layouts;
+#   ~420 MB, not bundled)
 #   small: the bundled samples' configuration (sample_traces/layouts)
 #   poll:  the full matrix with the CPUs held out of their idle states (tracekit demo-layout --poll-idle): on this
 #          VM compute after a wait runs slower the slower the links, which a network what-if cannot know

@@ -359,18 +359,26 @@ def _op_of(g):
     return np.where(g.coll[g.src] >= 0, g.colls.op.to_numpy()[np.maximum(g.coll[g.src], 0)], "")
 
 
+def _all_reduce_late_lags(path, store, scale):
+    """A sample's all-reduce edges done after the shared transfer (at least 4; with nothing changed each keeps its
+    lag, less its tail): their measured lags, their lags with the links scale times as fast, and the tails at
+    either scale."""
+    run = tracekit.open(str(path), store=str(store))
+    g, late, same, tails = _late_lags(run, 1.0)
+    late &= _op_of(g) == "all_reduce"
+    assert late.sum() >= 4
+    assert (same[late] == g.lag_ns[late]).all()
+    _, _, scaled, tails_scaled = _late_lags(run, scale)
+    return g.lag_ns[late], scaled[late], tails, tails_scaled
+
+
 def test_an_all_reduce_alone_on_alike_links_ends_together_what_its_late_rank_waits_is_cpu(tmp_path):
     # a 2-host all-reduce that had the links to itself gives its ranks their last reduced chunk on one step: a rank
     # done later than the other waited for its threads, not its link (a 2-rank TP run's 256 KiB all-reduces: the
     # later rank's lag was a median 80 us at 50 Mbit/s and 240 us at 400), so faster links keep every such lag,
     # and each waits its transfer's tail as well
-    run = tracekit.open(str(SAMPLES / "layouts" / "tp_2hosts_400mbit"), store=str(tmp_path / "s"))
-    g, late, same, _ = _late_lags(run, 1.0)
-    late &= _op_of(g) == "all_reduce"
-    assert late.sum() >= 4
-    assert (same[late] == g.lag_ns[late]).all()
-    _, _, slower, _ = _late_lags(run, 0.25)
-    assert (slower[late] == g.lag_ns[late]).all()
+    lag, slower, _, _ = _all_reduce_late_lags(SAMPLES / "layouts" / "tp_2hosts_400mbit", tmp_path / "s", 0.25)
+    assert (slower == lag).all()
 
 
 def test_an_all_reduce_that_shared_its_links_ends_as_the_other_transfer_left_it_room(tmp_path):
@@ -378,14 +386,10 @@ def test_an_all_reduce_that_shared_its_links_ends_as_the_other_transfer_left_it_
     # as the other transfer left it room (DDP's buckets on gloo's two worker threads behind 512 KB buckets: 53 ms
     # apart at 50 Mbit/s, 1.4 ms at 800): with the links twice as fast that lag shrinks, no further than by half,
     # and a caller's wake-up after its own side finished stays
-    run = tracekit.open(str(SAMPLES / "layouts" / "dp_pp_2hosts_100mbit"), store=str(tmp_path / "s"))
-    g, late, same, tails = _late_lags(run, 1.0)
-    late &= _op_of(g) == "all_reduce"
-    assert late.sum() >= 4
-    assert (same[late] == g.lag_ns[late]).all()
-    _, _, faster, tails_faster = _late_lags(run, 2.0)
-    assert (faster[late] <= g.lag_ns[late]).all() and (faster[late] >= g.lag_ns[late] // 2).all()
-    assert (faster[late] < g.lag_ns[late]).any()
+    lag, faster, tails, tails_faster = _all_reduce_late_lags(SAMPLES / "layouts" / "dp_pp_2hosts_100mbit",
+                                                             tmp_path / "s", 2.0)
+    assert (faster <= lag).all() and (faster >= lag // 2).all()
+    assert (faster < lag).any()
     assert np.array_equal(tails, tails_faster)  # a transfer's tail is its own: the links do not shrink it
 
 
