@@ -422,8 +422,9 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail, 
     there, or than what can still be on them once the first participant finished (on_links_after_first_ns: the
     ranks of an all-reduce alone on alike links end together); what a lag has beyond that is CPU too (a rank
     descheduled on a busy machine). A caller woken later still than its own side finished woke up a thread: that
-    part of its host-wait lag stays. Every one of them waits the transfer's tail (replay/linkfit.py), and so does
-    a message queued behind the transfer on its pair's stream."""
+    part of its host-wait lag stays. Every one of them waits the transfer's tail (replay/linkfit.py; on a slower
+    link, less what its token bucket hides of a lone transfer's: linkfit.tail_at), and so does a message queued
+    behind the transfer on its pair's stream."""
     old, new = fit_flows.capacity, flows.capacity
     k = np.ones(len(node_of))
     most = np.full(len(node_of), np.inf)  # ns the flow's bytes take at its bottleneck, under the fit
@@ -433,12 +434,15 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail, 
     for i in range(len(lf)):
         route = lf.route_links[lf.route_ptr[i]:lf.route_ptr[i + 1]]
         row = lf.coll_row[i]
+        extra[row] = tail[i]
         if len(route):
             k[row] = old[route].min() / new[route].min()
             most[row] = fit_flows.bytes[i] / old[route].min()
             most_after[row] = on_links_after_first_ns(ops[row], fit_flows.bytes[i], lf.lat_steps[i], old[route],
                                                       bool(shared[row]))
-        extra[row] = tail[i]
+            if not shared[row]:
+                extra[row] = linkfit.tail_at(int(tail[i]), _bucket_fill_ns(fit_flows, route),
+                                             _bucket_fill_ns(flows, route))
     bar = np.full(g.n_nodes, -1, np.int64)
     bar[node_of] = np.arange(len(node_of))
     rel = np.flatnonzero((g.edge_kind == _graph.E["release"]) & (bar[g.src] >= 0))
@@ -469,6 +473,16 @@ def _scale_release_lags(g, st: ModelState, lf, flows, fit_flows, node_of, tail, 
     if len(hw):
         row = bar[g.src[hw]]
         st.lag_ns[hw] = split(hw_net.astype(np.float64), row, np.ones(len(hw), bool)) + woke + extra[row]
+
+
+def _bucket_fill_ns(fl, route) -> float:
+    """ns the token bucket of a route's bottleneck link (fl: Flows; route: its links) takes to fill: its depth over
+    its rate (0 where the links have none)."""
+    if fl.burst is None:
+        return 0.0
+    cap = fl.capacity[route]
+    neck = cap == cap.min()
+    return float((fl.burst[route][neck] / cap[neck]).max())
 
 
 def on_links_after_first_ns(op: str, nbytes: float, lat_steps: float, capacity: np.ndarray,

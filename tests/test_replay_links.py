@@ -408,6 +408,47 @@ def test_a_gathers_late_rank_waits_on_the_links_too(tmp_path):
     assert (faster[reduce] == g.lag_ns[reduce]).all()
 
 
+def _as_recorded_now(tmp_path, name):
+    """A 400 Mbit/s layout sample whose run.json says what the testbed's now does (its samples predate it): the
+    links' token bucket (the rule's 25000 bytes at that rate), their frames and the hosts' round trip."""
+    path = tmp_path / name
+    shutil.copytree(SAMPLES / "layouts" / name, path)
+    doc = json.loads((path / "run.json").read_text())
+    doc["testbed"].update(frames="jumbo", mtu=9000, rtt_us=25.0)
+    for link in doc["testbed"]["links"]:
+        link["burst_bytes"] = 25000
+    (path / "run.json").write_text(json.dumps(doc))
+    return tracekit.open(str(path), store=str(tmp_path / f"{name}.store"))
+
+
+def test_a_slower_links_bucket_hides_more_of_a_lone_transfers_tail_and_a_faster_ones_keeps_it(tmp_path):
+    from replay.model_steps import apply_models
+
+    # a stall of a transfer's sender costs only what it lasts beyond its link's token bucket filling (the bucket
+    # then lets what it holds go at once): TP's 256 KiB all-reduces had tails of a mean 0.62 ms at 400 Mbit/s
+    # behind the testbed's 0.5 ms bucket, 0.14 ms at 50 Mbit/s behind its 2.9 ms one. The TP sample, told the
+    # testbed's bucket (its run.json predates the recorded depth): at 50 Mbit/s each tail loses the fill times'
+    # difference; at 800 it is kept as measured (the stalls the run's bucket hid are unseen)
+    assert linkfit.tail_at(3_000_000, 500_000, 2_880_000) == 620_000
+    assert linkfit.tail_at(1_000_000, 500_000, 2_880_000) == 0
+    assert linkfit.tail_at(1_000_000, 2_880_000, 500_000) == linkfit.tail_at(1_000_000, 500_000, 500_000) == 1_000_000
+    run = _as_recorded_now(tmp_path, "tp_2hosts_400mbit")
+    g, late, same, tails = _late_lags(run, 1.0)
+    late &= _op_of(g) == "all_reduce"
+    assert late.sum() >= 4 and (same[late] == g.lag_ns[late]).all()
+    for scale in (0.125, 2.0):
+        _, lag, _, info = apply_models(g, scenario_from_dict({"network": {"bandwidth_scale": scale}}, "s.toml"), run)
+        run_cap = info.links.params.capacity[links.INTER]
+        fill_run, fill = 25000 / run_cap, info.links.burst_at(scale) / (run_cap * scale)
+        assert fill > fill_run if scale < 1 else fill <= fill_run
+        kept = np.array([linkfit.tail_at(int(t), fill_run, fill) for t in tails])
+        assert (lag[late] == g.lag_ns[late] + kept[late]).all()
+        if scale < 1:
+            assert (kept[late] < tails[late]).any() and (kept <= tails).all()
+        else:
+            assert (kept == tails).all()
+
+
 def test_what_a_flow_can_still_have_on_its_links_after_the_first_rank_is_done():
     from replay.model_steps import on_links_after_first_ns
 
