@@ -8,9 +8,11 @@ start (the barrier's: the last participant's arrival) and its measured transfer,
    latency x steps + bytes / capacity, fitted as the alpha-beta calibration fits a class (replay/calibration.py:
    robust inliers, then least squares weighted by 1 / time). When their sizes cannot tell latency from
    bandwidth (one size, one op), the class takes the latency the other classes' lone transfers give, else none:
-   every ns of a lone transfer is then bandwidth, which is what the run shows (a transfer that one link rate
-   times at 20.0 ms, twice the rate at 10.1 ms). A class whose every transfer shared a link (DDP's buckets on
-   gloo's two worker threads) is fitted on the links' busy periods instead (`busy_period_fit`).
+   every ns of a lone transfer is then bandwidth (a transfer that one link rate times at 20.0 ms, twice the rate
+   at 10.1 ms). A class whose every transfer shared a link (DDP's buckets on gloo's two worker threads) is fitted
+   on the links' busy periods instead (`busy_period_fit`). Where the links' nominal rate is known (run.json's tc
+   rate, [network] nic_bandwidth_gbps) and the sizes cannot split the time, the class takes that rate and the rest
+   of its typical transfer as latency, as far as the link can have that much (`_at_nominal`).
 2. **A factor and a tail per transfer.** Each flow's bytes and latency are multiplied by a factor such that
    the flows, replayed from their measured starts and sharing their links under the fitted parameters, each
    take their measured time (rounds of the forward model: a flow that took 10% longer than the model gets 10%
@@ -71,7 +73,7 @@ def transfers(lf: LinkFlows, starts_ns: np.ndarray, prm: LinkParams, factor: np.
 
 def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.ndarray | None = None,
         latency_bound_ns: dict[str, float] | None = None, frame_bytes: float = 0.0,
-        known_burst: dict[str, float] | None = None) -> Fit:
+        known_burst: dict[str, float] | None = None, nominal: dict[str, float] | None = None) -> Fit:
     """Capacity and latency per link class, and each transfer's factor and tail (the module docstring). ops: each
     flow's op (the factors' groups are link class and op). latency_bound_ns: per link class, the most latency the
     link itself can have (its round trip and one frame's serialization); a fitted latency above it is the link's
@@ -79,7 +81,9 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
     frame_bytes: the links' frame (MTU); a lone transfer of at most that many bytes per link is not bandwidth beyond
     its serialization (_factors). known_burst: per link class, the depth (bytes) of a token bucket the links are
     known to be shaped with (run.json's testbed block): the class is fitted on its busy periods under it (the
-    bucket refilling while its links are idle), and no depth is fitted for it."""
+    bucket refilling while its links are idle), and no depth is fitted for it. nominal: per link class, the rate
+    (bytes/ns of payload) its links were shaped or sold at: a class whose transfers cannot tell latency from
+    bandwidth takes it (_at_nominal)."""
     starts = np.asarray(starts_ns, np.int64)
     measured = np.asarray(measured_ns, np.int64)
     timed = measured > 0
@@ -90,7 +94,7 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
     lat = {INTRA: 0.0, INTER: 0.0}
     known = {c: float(v) for c, v in (known_burst or {}).items() if v and c in present}
     source, notes = {}, []
-    lone_fit, pending = {}, []
+    lone_fit, pending, one_size = {}, [], {}  # one_size: per class, the note of a lone fit that sizes cannot split
     for c in present:
         sel = (lf.link_class == c) & alone
         # behind a known bucket a transfer's bytes pass at once as far as the bucket had refilled, which its link's
@@ -107,9 +111,9 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
             pooled = [lone_fit[o][0] for o in separable]
             latency = float(np.mean(pooled)) if pooled else 0.0
             capacity = _capacity_given(lf, (lf.link_class == c) & alone, measured, latency)
-            notes.append(f"links model: {c}'s {n} lone transfer(s) are of one size: latency "
-                         + (f"{latency / 1e3:.3g} us from the other class" if pooled else
-                            "0, every ns of a transfer counted as bandwidth"))
+            one_size[c] = (f"links model: {c}'s {n} lone transfer(s) are of one size: latency "
+                           + (f"{latency / 1e3:.3g} us from the other class" if pooled else
+                              "0, every ns of a transfer counted as bandwidth"))
         cap[c], lat[c] = capacity, latency
         source[c] = f"{n} lone transfer(s)"
     periods = _Periods(lf, starts, measured)  # the measured busy periods, read by both fits below
@@ -145,6 +149,19 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
             params = replace(params, capacity={**params.capacity, c: capacity}, burst={**params.burst, c: depth})
             source[c] += (f", behind a {depth / 1e3:.0f} KB token bucket (the busy periods {100 * before ** 0.5:.1f}% "
                           f"rms off without one, {100 * after ** 0.5:.1f}% with it)")
+    for c, rate in (nominal or {}).items():
+        if c in present and rate > 0 and not _sizes_tell(lf, c, timed, frame_bytes):
+            lone = (lf.link_class == c) & alone & (lf.bytes > frame_bytes)
+            got = _at_nominal(lf, starts, measured, lone, params, c, rate, (latency_bound_ns or {}).get(c))
+            if got is not None:
+                params, was = got
+                source[c] += f", at the NICs' nominal rate"
+                one_size[c] = (f"links model: {c}'s transfers are of one size, which cannot tell latency from "
+                               f"bandwidth: the link is taken at its nominal {rate * 8e3:.4g} Mbit/s of payload and "
+                               f"the rest of the typical transfer is the link's latency, "
+                               f"{params.latency_ns[c] / 1e3:.4g} us per step, which a faster link does not shorten "
+                               f"(every ns as bandwidth would give {was * 8e3:.4g} Mbit/s)")
+    notes += list(one_size.values())
     model = transfers(lf, starts, params).astype(np.float64)
     rel = (model - measured) / np.maximum(measured, 1)
     rms = {c: float(np.sqrt(np.mean(rel[(lf.link_class == c) & timed] ** 2))) for c in present}
@@ -153,6 +170,45 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
                                    frame_bytes)
     return Fit(params=params, rel_rms=rms, flows={c: int(((lf.link_class == c) & timed).sum()) for c in present},
                source=source, factor=factor, tail_ns=tail, latency_share=share, notes=notes, shared=shared)
+
+
+def _sizes_tell(lf: LinkFlows, c: str, timed: np.ndarray, frame_bytes: float) -> bool:
+    """Whether link class c's timed transfers beyond one frame (the smaller ones are not paced by the link: _factors)
+    are of more than one size for their latency steps, which tells latency from bandwidth (calibration.separable)."""
+    sel = (lf.link_class == c) & timed & (lf.bytes > frame_bytes)
+    return separable(lf.lat_steps[sel], lf.bytes[sel])
+
+
+def _at_nominal(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, lone: np.ndarray, prm: LinkParams, c: str,
+                rate: float, bound_ns: float | None):
+    """(the parameters with class c at its nominal rate, and the capacity it had) or None. Transfers of one size
+    time a link equally well as a slower link with no latency or as a faster one with some (a pipeline's 64 KiB
+    sends: 0.99 ms at 400 Mbit/s, 7.86 ms at 50, each about 0.2 ms over their bytes' time at the rate): at the
+    rate the NICs were shaped to, the rest of the typical lone transfer (lone: class c's lone transfers beyond one
+    frame; the median) is the link's latency per step, which a bandwidth what-if keeps. None where that is more
+    than the link can have (bound_ns: its round trip and one frame; unknown: nothing to check it by), where there
+    are too few lone transfers, or where the typical one is faster than the nominal rate allows: then the rate is
+    not the link's (a NIC sold at twice the rate its transfers show), and the fit's own capacity stands."""
+    if lone.sum() < MIN_LONE or bound_ns is None:
+        return None
+    lat_max = float(np.min(measured[lone] / np.maximum(lf.lat_steps[lone], 1.0)))
+
+    def at(step_ns):
+        return replace(prm, capacity={**prm.capacity, c: rate}, latency_ns={**prm.latency_ns, c: step_ns},
+                       overhead_ns={**prm.overhead_ns, c: 0.0})
+
+    def over(step_ns):  # how much longer the typical lone transfer took than modelled
+        return float(np.median(measured[lone] - transfers(lf, starts, at(step_ns))[lone]))
+
+    if over(0.0) <= 0:
+        return None
+    lo, hi = 0.0, lat_max
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if over(mid) > 0 else (lo, mid)
+        if hi - lo < 1.0:
+            break
+    return None if lo > bound_ns else (at(lo), prm.capacity[c])
 
 
 def _lone_fit(steps: np.ndarray, size: np.ndarray, y: np.ndarray):

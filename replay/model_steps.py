@@ -230,7 +230,8 @@ def fit_links(g, sc: Scenario, run, st: ModelState):
         fitted = linkfit.fit(measured, starts, g.colls.measured_transfer_ns.to_numpy(np.int64)[measured.coll_row],
                              g.colls.op.astype(object).to_numpy()[measured.coll_row],
                              latency_bound_ns=latency_bound(bed, net, nominal_gbps), frame_bytes=_mtu_bytes(bed),
-                             known_burst={links.INTER: bucket[0]} if bucket else None)
+                             known_burst={links.INTER: bucket[0]} if bucket else None,
+                             nominal={links.INTER: nominal_gbps * payload_share(bed)} if nominal_gbps else None)
         if bucket:
             _depth, depth_at, rate_mbit = bucket
             fitted = replace(fitted, burst_at=lambda x: float(depth_at(rate_mbit * x)))
@@ -367,6 +368,7 @@ def _with_circuits(prm: links.LinkParams, fitted: linkfit.Fit, sc: Scenario, nom
 
 # an Ethernet frame's header, and the frame where run.json names no MTU
 ETH_HEADER_BYTES, DEFAULT_MTU_BYTES = 14, 1500
+TCP_IP_HEADER_BYTES = 52  # IPv4 (20) and TCP with timestamps (32)
 
 
 def latency_bound(bed: dict, net, nominal_gbps: float | None) -> dict[str, float] | None:
@@ -379,6 +381,14 @@ def latency_bound(bed: dict, net, nominal_gbps: float | None) -> dict[str, float
         return None
     frame_ns = (_mtu_bytes(bed) + ETH_HEADER_BYTES) / nominal_gbps if nominal_gbps else 0.0
     return {links.INTER: float(rtt_us) * 1e3 + frame_ns}
+
+
+def payload_share(bed: dict) -> float:
+    """The share of a link's rate that carries a TCP stream's payload: a frame of the MTU (run.json's testbed MTU,
+    else 1500 bytes; bed: its testbed block) less its IPv4 and TCP headers (with timestamps), over the frame with
+    its Ethernet header (what a tc shaper counts): 99.3% with 9000-byte frames, 95.6% with 1500."""
+    mtu = _mtu_bytes(bed)
+    return (mtu - TCP_IP_HEADER_BYTES) / (mtu + ETH_HEADER_BYTES)
 
 
 def _mtu_bytes(bed: dict) -> int:

@@ -421,6 +421,29 @@ def _as_recorded_now(tmp_path, name):
     return tracekit.open(str(path), store=str(tmp_path / f"{name}.store"))
 
 
+def test_one_size_transfers_take_the_links_nominal_rate_and_the_rest_as_latency_the_link_can_have(tmp_path):
+    # a pipeline's 64 KiB sends, one size, time a slower link with no latency as well as the shaped one with some:
+    # told the links' rate (run.json's tc rate), the fit takes it, as payload (9000-byte frames less their TCP/IP
+    # headers, over the frame the shaper counts), and the rest of the typical send as latency
+    from analyses import depgraph
+    from replay.model_steps import apply_models, payload_share
+
+    assert payload_share({"mtu": 9000}) == pytest.approx(8948 / 9014) and payload_share({}) == pytest.approx(1448 / 1514)
+    run = _as_recorded_now(tmp_path, "pp_1f1b_2hosts_400mbit")
+    bound_ns = 25e3 + 9014 / 0.05  # the round trip and one frame at 400 Mbit/s
+    _, _, notes, info = apply_models(depgraph.build(run), scenario_from_dict({"network": {}}, "x"), run)
+    notes = " ".join(notes)
+    assert "taken at its nominal 397.1 Mbit/s of payload" in notes and "failed to identify" not in notes
+    prm = info.links.params
+    assert prm.capacity[links.INTER] == pytest.approx(0.05 * 8948 / 9014)
+    assert 0 < prm.latency_ns[links.INTER] <= bound_ns and prm.overhead_ns.get(links.INTER, 0.0) == 0.0
+    # NICs said to be sold at twice the rate: the sends would need more latency than the link can have, so that
+    # rate is not the link's, the fit keeps its own capacity and says it failed to identify the NICs
+    told = replay.run(run, scenario_from_dict({"network": {"nic_bandwidth_gbps": 0.1}}, "x"))
+    notes = " ".join(told.notes)
+    assert "of payload" not in notes and "failed to identify the hosts' NICs" in notes
+
+
 def test_a_slower_links_bucket_hides_more_of_a_lone_transfers_tail_and_a_faster_ones_keeps_it(tmp_path):
     from replay.model_steps import apply_models
 
