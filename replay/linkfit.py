@@ -105,10 +105,10 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
                 lone_fit[c] = got
                 continue
         pending.append(c)
-    separable = [c for c, (_, _, sep, _) in lone_fit.items() if sep]
+    split = [c for c, (_, _, sep, _) in lone_fit.items() if sep]
     for c, (latency, capacity, sep, n) in lone_fit.items():
         if not sep:
-            pooled = [lone_fit[o][0] for o in separable]
+            pooled = [lone_fit[o][0] for o in split]
             latency = float(np.mean(pooled)) if pooled else 0.0
             capacity = _capacity_given(lf, (lf.link_class == c) & alone, measured, latency)
             one_size[c] = (f"links model: {c}'s {n} lone transfer(s) are of one size: latency "
@@ -150,9 +150,9 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
             source[c] += (f", behind a {depth / 1e3:.0f} KB token bucket (the busy periods {100 * before ** 0.5:.1f}% "
                           f"rms off without one, {100 * after ** 0.5:.1f}% with it)")
     for c, rate in (nominal or {}).items():
-        if c in present and rate > 0 and not _sizes_tell(lf, c, timed, frame_bytes):
-            lone = (lf.link_class == c) & alone & (lf.bytes > frame_bytes)
-            got = _at_nominal(lf, starts, measured, lone, params, c, rate, (latency_bound_ns or {}).get(c))
+        paced = (lf.link_class == c) & timed & (lf.bytes > frame_bytes)  # beyond one frame: paced by the link
+        if c in present and rate > 0 and not separable(lf.lat_steps[paced], lf.bytes[paced]):
+            got = _at_nominal(lf, starts, measured, paced & alone, params, c, rate, (latency_bound_ns or {}).get(c))
             if got is not None:
                 params, was = got
                 source[c] += f", at the NICs' nominal rate"
@@ -170,13 +170,6 @@ def fit(lf: LinkFlows, starts_ns: np.ndarray, measured_ns: np.ndarray, ops: np.n
                                    frame_bytes)
     return Fit(params=params, rel_rms=rms, flows={c: int(((lf.link_class == c) & timed).sum()) for c in present},
                source=source, factor=factor, tail_ns=tail, latency_share=share, notes=notes, shared=shared)
-
-
-def _sizes_tell(lf: LinkFlows, c: str, timed: np.ndarray, frame_bytes: float) -> bool:
-    """Whether link class c's timed transfers beyond one frame (the smaller ones are not paced by the link: _factors)
-    are of more than one size for their latency steps, which tells latency from bandwidth (calibration.separable)."""
-    sel = (lf.link_class == c) & timed & (lf.bytes > frame_bytes)
-    return separable(lf.lat_steps[sel], lf.bytes[sel])
 
 
 def _at_nominal(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, lone: np.ndarray, prm: LinkParams, c: str,
@@ -203,11 +196,9 @@ def _at_nominal(lf: LinkFlows, starts: np.ndarray, measured: np.ndarray, lone: n
     if over(0.0) <= 0:
         return None
     lo, hi = 0.0, lat_max
-    for _ in range(40):
+    while hi - lo >= 1.0:  # to the ns: over() falls as the latency grows
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if over(mid) > 0 else (lo, mid)
-        if hi - lo < 1.0:
-            break
     return None if lo > bound_ns else (at(lo), prm.capacity[c])
 
 
