@@ -25,8 +25,10 @@ The step of a layout (`step_ns`), per pipeline stage, on the source's own work:
   ranges) by a layout FSDP2 runs (fsdp, replicate), and by no other;
 - a collective costs what the links model fitted on the run gives it alone on its links (held to the NICs' nominal
   rate where known), times what the run's own lone collectives of that op and class of link took over that (an
-  algorithm as the backend runs it); a host's ranks in different groups of one dimension share its NIC; ranks are
-  placed tensor innermost, then pipeline, then data, ranks_per_host consecutive ones a host.
+  algorithm as the backend runs it; lone: nothing else in flight on its ranks, nor, for one between hosts, on its
+  hosts' other ranks, whose NICs it would share: it is timed with them to itself); a host's ranks in different
+  groups of one dimension share its NIC; ranks are placed tensor innermost, then pipeline, then data,
+  ranks_per_host consecutive ones a host.
 The prediction is the run's own step (as replayed, with the scenario's other changes) x step_ns(new) /
 step_ns(run's own layout): the formula is held to the run's measured step, and a layout changed to itself is the
 run to the ns.
@@ -103,14 +105,15 @@ class Costs:
         records)."""
         return "all_reduce" if self.backend == "gloo" else "reduce_scatter"
 
-    def ns(self, op: str, nbytes: float, group: int, stride: int) -> float:
+    def ns(self, op: str, nbytes: float, group: int, stride: int, alone: bool = False) -> float:
+        """alone: the collective has its hosts' NICs to itself (else the groups of its dimension share them)."""
         if group <= 1 or nbytes <= 0:
             return 0.0
         rph = self.ranks_per_host
         hosts = len({(k * stride) // rph for k in range(group)})
         c = INTER if hosts > 1 else INTRA
         # the groups of this dimension that a host's ranks belong to run their collective at once: they share its NIC
-        sharing = len({r % stride for r in range(rph)}) if c == INTER and stride > 1 else 1
+        sharing = len({r % stride for r in range(rph)}) if c == INTER and stride > 1 and not alone else 1
         a, f = flat_coefficients(np.array([op], object), np.array([float(group)]), "ring")
         lone = a[0] * self.params.step_ns(c) + f[0] * nbytes * sharing / _of(self.params.capacity, c)
         return float(lone * self.op_factor.get((op, c), 1.0))
@@ -118,7 +121,10 @@ class Costs:
     def with_run(self, run, g) -> "Costs":
         """These costs with op_factor measured on the run's collectives that had the links to themselves: per op,
         the median over them of the shortest participant's time (the last to arrive waits least: its time is the
-        transfer, whatever the ranks' clocks) over what the links give it."""
+        transfer, whatever the ranks' clocks) over what the links give it alone. One between hosts has them to
+        itself only when no other collective between hosts is in flight on its hosts' other ranks: two data-parallel
+        groups crossing the same NICs each see half their rate, and a factor read off them against a shared model
+        would stand for neither."""
         c = g.colls
         if not len(c) or c.bytes.isna().all():
             return self
@@ -134,9 +140,15 @@ class Costs:
         got = ev.reindex(pd.MultiIndex.from_arrays([part["rank"], part.event_id]))
         part["start"], part["end"] = got.ts_ns.to_numpy(float), got.end_ns.to_numpy(float)
         part = part.dropna()
-        # lone: no other collective in flight on any of its ranks while it ran there
+        # lone: no other collective in flight on any of its ranks while it ran there, nor, for one between hosts, on
+        # any rank of its hosts (whose NICs it would share)
+        multi = np.array([(h if pd.notna(h) else 1) > 1 for h in c.n_hosts], bool)
+        rph = max(1, int(self.ranks_per_host))
+        part["host"] = np.where(multi[part.row.to_numpy()], part["rank"].to_numpy() // rph, -1 - part["rank"].to_numpy())
+        inter = part[multi[part.row.to_numpy()]]
+        part = pd.concat([part, inter.assign(host=-1 - inter["rank"].to_numpy())]) if rph > 1 else part
         lone = np.ones(len(c), bool)
-        for _, x in part.sort_values(["rank", "start"]).groupby("rank"):
+        for _, x in part.sort_values(["host", "start"]).groupby("host"):
             s0, e0, rows = x.start.to_numpy(), x.end.to_numpy(), x.row.to_numpy()
             reach = np.maximum.accumulate(e0)
             clash = np.zeros(len(x), bool)
@@ -153,7 +165,7 @@ class Costs:
             return self
         multi = np.array([(c.n_hosts.iat[i] if pd.notna(c.n_hosts.iat[i]) else 1) > 1 for i in rows])
         key = [(str(c.op.iat[i]), INTER if m else INTRA) for i, m in zip(rows, multi)]
-        model = np.array([base.ns(op, float(c.bytes.iat[i]), int(c.group_size.iat[i]), _stride(c.ranks.iat[i]))
+        model = np.array([base.ns(op, float(c.bytes.iat[i]), int(c.group_size.iat[i]), _stride(c.ranks.iat[i]), alone=True)
                           for (op, _), i in zip(key, rows)])
         t = took[rows].to_numpy(float)
         for k in set(key):

@@ -272,3 +272,32 @@ def test_fsdps_gradient_staging_is_split_by_tensor_parallelism():
     assert relayout._comm_kept(lay(1, tp=2), lay(2)) == 0.0
     # tensor parallelism's own buffers (its collectives' outputs) are a block boundary's, which it does not split
     assert relayout._comm_kept(lay(1, tp=2), lay(2, tp=2, sharding="fsdp")) == 1.0
+
+
+def test_a_collective_between_hosts_is_timed_alone_only_when_its_hosts_nics_carry_nothing_else(samples):
+    # dp x pp on 2 hosts: the data-parallel groups (0, 2) and (1, 3) both cross the hosts' NICs, each host holding
+    # one rank of each. A group's all-reduce with nothing else on its own ranks still shares the NICs with the other
+    # group's: it tells the algorithm's time only when neither host has another collective between hosts in flight
+    from replay.links import INTER, INTRA, LinkParams
+
+    run = samples["dp_pp_2hosts_100mbit"]
+    g = depgraph.build(run)
+    prm = LinkParams({INTER: 0.0125, INTRA: 1.0}, {INTER: 1e5, INTRA: 1e4})
+    costs = relayout.Costs(prm, 2, "gloo")
+    # modelled alone, one group's all-reduce has the NIC's whole rate: the bandwidth part of two sharing it, halved
+    shared, alone = costs.ns("all_reduce", 1e6, 2, 2), costs.ns("all_reduce", 1e6, 2, 2, alone=True)
+    latency = costs.ns("all_reduce", 1.0, 2, 2, alone=True)
+    assert shared - latency == pytest.approx(2 * (alone - latency), rel=1e-6)
+    # every data-parallel all-reduce of the sample overlaps the other group's on the same hosts
+    c = run.analyze("collectives")
+    ar = c[c.op == "all_reduce"].assign(host=lambda d: d["rank"] // 2, grp=lambda d: d.pg_ranks.astype(str))
+    assert ar.grp.nunique() == 2
+    for _, x in ar.iterrows():
+        other = ar[(ar.host == x.host) & (ar.grp != x.grp)]
+        assert ((other.start_ns < x.end_ns) & (other.end_ns > x.start_ns)).any()
+    # so none is taken as the algorithm's own time (the same sample's all-reduces, read per rank only, were: 0.97)
+    assert ("all_reduce", INTER) not in costs.with_run(run, g).op_factor
+    # one rank a host: the NIC is the rank's own, and the run's lone collectives are measured as before
+    fsdp = samples["fsdp_2hosts_100mbit"]
+    got = relayout.Costs(prm, 1, "gloo").with_run(fsdp, depgraph.build(fsdp)).op_factor
+    assert set(got) == {("all_gather", INTER), ("all_reduce", INTER)}
