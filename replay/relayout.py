@@ -141,19 +141,19 @@ class Costs:
         part["start"], part["end"] = got.ts_ns.to_numpy(float), got.end_ns.to_numpy(float)
         part = part.dropna()
         # lone: no other collective in flight on any of its ranks while it ran there, nor, for one between hosts, on
-        # any rank of its hosts (whose NICs it would share)
+        # any rank of its hosts (whose NICs it would share): each participation is checked among its rank's, and one
+        # between hosts again among those between hosts on its host
         multi = np.array([(h if pd.notna(h) else 1) > 1 for h in c.n_hosts], bool)
-        rph = max(1, int(self.ranks_per_host))
-        part["host"] = np.where(multi[part.row.to_numpy()], part["rank"].to_numpy() // rph, -1 - part["rank"].to_numpy())
-        inter = part[multi[part.row.to_numpy()]]
-        part = pd.concat([part, inter.assign(host=-1 - inter["rank"].to_numpy())]) if rph > 1 else part
+        between = part[multi[part.row.to_numpy()]]
+        seen = pd.concat([part.assign(on=-1 - part["rank"]),
+                          between.assign(on=between["rank"] // max(1, int(self.ranks_per_host)))])
         lone = np.ones(len(c), bool)
-        for _, x in part.sort_values(["host", "start"]).groupby("host"):
+        for _, x in seen.sort_values(["on", "start"]).groupby("on"):
             s0, e0, rows = x.start.to_numpy(), x.end.to_numpy(), x.row.to_numpy()
             reach = np.maximum.accumulate(e0)
             clash = np.zeros(len(x), bool)
-            clash[1:] = s0[1:] < reach[:-1]
-            clash[:-1] |= clash[1:]
+            clash[1:] = s0[1:] < reach[:-1]  # one that starts before an earlier one ends
+            clash[:-1] |= e0[:-1] > s0[1:]  # one that ends after the next one starts
             lone[rows[clash]] = False
         took = (part.end - part.start).groupby(part.row).min()
         factors = {}
@@ -163,10 +163,9 @@ class Costs:
         rows = [i for i in took.index if lone[i] and pd.notna(c.bytes.iat[i]) and str(c.op.iat[i]) not in P2P_OPS]
         if not rows:
             return self
-        multi = np.array([(c.n_hosts.iat[i] if pd.notna(c.n_hosts.iat[i]) else 1) > 1 for i in rows])
-        key = [(str(c.op.iat[i]), INTER if m else INTRA) for i, m in zip(rows, multi)]
-        model = np.array([base.ns(op, float(c.bytes.iat[i]), int(c.group_size.iat[i]), _stride(c.ranks.iat[i]), alone=True)
-                          for (op, _), i in zip(key, rows)])
+        key = [(str(c.op.iat[i]), INTER if multi[i] else INTRA) for i in rows]
+        model = np.array([base.ns(op, float(c.bytes.iat[i]), int(c.group_size.iat[i]), _stride(c.ranks.iat[i]),
+                                  alone=True) for (op, _), i in zip(key, rows)])
         t = took[rows].to_numpy(float)
         for k in set(key):
             sel = np.array([x == k for x in key]) & (model > 0)
