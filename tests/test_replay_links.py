@@ -595,3 +595,33 @@ def test_a_lone_transfer_of_one_frame_keeps_no_factor_above_one_and_the_rest_is_
     took = linkfit.transfers(lf, starts, fast, k1, share1) + tail1
     assert np.allclose(took[~small], measured[~small] / 2, rtol=1e-3)
     assert (took[small] >= measured[small] - 50_000).all()
+
+
+def test_a_few_lone_transfers_give_way_to_the_busy_periods_that_deny_them(runs, tmp_path):
+    # DP x PP's pipeline sends between a host's two ranks (loopback): the lone ones fit a line under which the busy
+    # periods of all its transfers end several times their length off the measured ones; the busy periods' own fit
+    # is taken. The DDP sample's lone all-reduces agree with its busy periods, and stand
+    import re
+
+    from analyses import depgraph
+
+    run = tracekit.open(str(SAMPLES / "layouts" / "dp_pp_2hosts_100mbit"), store=str(tmp_path / "dp_pp"))
+    res = replay.run(run, scenario_from_dict({"network": {"model": "links"}}, "x"))
+    lf, fit, _ = res.info.links_fit
+    assert fit.source["intra_node"].startswith("busy periods")
+    note = next(n for n in res.notes if "lone transfer(s) fitted" in n)
+    mbit, us, was, now = (float(x) for x in re.search(
+        r"fitted ([\d.]+) Mbit/s and ([\d.]+) us per step, which leave its busy periods (\d+)% rms off the measured "
+        r"ones; their own fit, (\d+)%", note).groups())
+    g = depgraph.build(run)
+    periods = linkfit._Periods(lf, g.colls.barrier_start_ns.to_numpy(np.int64)[lf.coll_row],
+                               g.colls.measured_transfer_ns.to_numpy(np.int64)[lf.coll_row])
+    lone = links.LinkParams({**fit.params.capacity, "intra_node": mbit / 8e3},
+                            {**fit.params.latency_ns, "intra_node": us * 1e3}, burst=dict(fit.params.burst))
+    off = periods.loss("intra_node", lone) ** 0.5
+    assert 100 * off == pytest.approx(was, abs=1.0) and was > 100
+    assert 100 * periods.loss("intra_node", fit.params) ** 0.5 == pytest.approx(now, abs=1.0)
+    assert now ** 2 < linkfit.LONE_FIT_GAIN * was ** 2
+    ddp = replay.run(runs["ddp2_2hosts_100mbit"], scenario_from_dict({"network": {"model": "links"}}, "x"))
+    assert "lone transfer(s)" in ddp.info.links.source["inter_node"]
+    assert not any("lone transfer(s) fitted" in n for n in ddp.notes)
