@@ -143,7 +143,7 @@ class Costs:
         # lone: no other collective in flight on any of its ranks while it ran there, nor, for one between hosts, on
         # any rank of its hosts (whose NICs it would share): each participation is checked among its rank's, and one
         # between hosts again among those between hosts on its host
-        multi = np.array([(h if pd.notna(h) else 1) > 1 for h in c.n_hosts], bool)
+        multi = c.n_hosts.fillna(1).to_numpy(np.int64) > 1  # between hosts
         between = part[multi[part.row.to_numpy()]]
         seen = pd.concat([part.assign(on=-1 - part["rank"]),
                           between.assign(on=between["rank"] // max(1, int(self.ranks_per_host)))])
