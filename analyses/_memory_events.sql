@@ -23,8 +23,9 @@
 --     FSDP's all-gather buffer (inside `FSDP::all_gather`: FSDP2 allocates it, then copies the shards in) and a
 --     functional collective's clone of its input (inside `_c10d_functional::*`). The functional one is its
 --     caller's output: one never freed that was made in the trace's last step (or in a trace without steps) may
---     be held still and stays; one whose address came back, or that outlived a step with no free, was dropped by
---     the backend's worker;
+--     be held still and stays, unless the same call's output one step before (the same thread's block of that
+--     place and size among the step's functional ones) was dropped or freed within its step; one whose address
+--     came back, or that outlived a step with no free, was dropped by the backend's worker;
 -- and from the event that ends it, a lost block's bytes are off the total. The CUDA caching allocator keeps its
 -- totals on every thread: its events are kept as written, and a reuse only ends the block.
 _mem_raw AS (SELECT * FROM memory WHERE ($rank IS NULL OR rank = $rank)),
@@ -59,7 +60,30 @@ _mem_buffer_ranges AS (  -- where a collective's buffer is made before the proce
     AND (name = 'FSDP::all_gather' OR starts_with(name, 'FSDP::all_gather (')  -- FSDP's (not its copy-out's)
          OR (cat = 'cpu_op' AND starts_with(name, '_c10d_functional::')))
 ),
-_mem_last_step AS (SELECT rank, max(ts_ns) AS ts_ns FROM steps WHERE ($rank IS NULL OR rank = $rank) GROUP BY rank),
+_mem_last_step AS (  -- the last step's start and the one before it (NULL: one step)
+  SELECT rank, max(ts_ns) AS ts_ns, list(ts_ns ORDER BY ts_ns DESC)[2] AS prev_ts_ns
+  FROM steps WHERE ($rank IS NULL OR rank = $rank) GROUP BY rank
+),
+_mem_fn_allocs AS (  -- the blocks made inside a functional collective in the last two steps, numbered per thread
+  SELECT s.rank, s.device_type, s.device_id, s.pid, s.tid, s.event_id, s.bytes, s.ts_ns >= l.ts_ns AS in_last,
+         row_number() OVER w AS k, count(*) OVER w AS n,
+         coalesce(s.next_bytes < 0 AND s.next_ts_ns >= l.ts_ns, false) AS held_over  -- freed only after its step
+  FROM _mem_seq s JOIN _mem_last_step l ON l.rank = s.rank
+  WHERE s.device_type = 0 AND s.bytes > 0 AND s.ts_ns >= l.prev_ts_ns
+    AND EXISTS (SELECT 1 FROM _mem_buffer_ranges r
+                WHERE r.functional AND r.rank = s.rank AND r.pid = s.pid AND r.tid = s.tid
+                  AND s.ts_ns >= r.ts_ns AND s.ts_ns < r.end_ns)
+  WINDOW w AS (PARTITION BY s.rank, s.device_type, s.device_id, s.pid, s.tid, s.ts_ns >= l.ts_ns
+               ORDER BY s.ts_ns, s.event_id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+),
+_mem_fn_not_held AS (  -- a last step's block whose counterpart one step before (same thread, place, size) was not
+  SELECT a.rank, a.device_type, a.device_id, a.event_id  -- held past its step: the loop does not hold it either
+  FROM _mem_fn_allocs a
+  JOIN _mem_fn_allocs p ON p.rank = a.rank AND p.device_type = a.device_type AND p.device_id = a.device_id
+                       AND p.pid = a.pid AND p.tid = a.tid AND NOT p.in_last AND p.k = a.k AND p.n = a.n
+                       AND p.bytes = a.bytes
+  WHERE a.in_last AND NOT p.held_over
+),
 _mem_range_buffers AS (  -- an orphan made in one, before its process group's call: the call that moves it
   SELECT o.rank, o.device_type, o.device_id, o.event_id, c.ts_ns AS call_ts_ns
   FROM _mem_orphans o
@@ -68,11 +92,14 @@ _mem_range_buffers AS (  -- an orphan made in one, before its process group's ca
   ASOF JOIN (SELECT * FROM _mem_calls WHERE starts_with(name, 'c10d::')) c
     ON c.rank = o.rank AND c.pid = o.pid AND c.tid = o.tid AND c.ts_ns >= o.ts_ns
   LEFT JOIN _mem_last_step l ON l.rank = o.rank
+  LEFT JOIN _mem_fn_not_held h ON h.rank = o.rank AND h.device_type = o.device_type AND h.device_id = o.device_id
+                              AND h.event_id = o.event_id
   WHERE c.ts_ns < r.end_ns
     -- a functional collective's output is its caller's: one live at the trace's end and made in its last step (or
-    -- in a trace without steps) may be held still; one whose address was reused, or that outlived a step boundary
-    -- with no free (a collective's output in a training loop does not), was dropped by the backend's worker
-    AND (NOT r.functional OR o.reused OR o.ts_ns < l.ts_ns)
+    -- in a trace without steps) may be held still, unless the same call's output one step before was dropped or
+    -- freed within its step; one whose address was reused, or that outlived a step boundary with no free (a
+    -- collective's output in a training loop does not), was dropped by the backend's worker
+    AND (NOT r.functional OR o.reused OR o.ts_ns < l.ts_ns OR h.event_id IS NOT NULL)
 ),
 _mem_transfers AS (
   SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events
