@@ -856,11 +856,12 @@ def _recomputed(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
 def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     """A checkpointed run without checkpointing: what each recompute allocates and keeps is held from the start of
     its forward block on (the block holding the forward op of the backward node the recompute ran in: a 1F1B
-    stage runs a micro-batch's backward between later ones' forwards). What it keeps: what it allocates and is
-    still live at its end, and the activations (memory_blocks' category: the forward's operators under a backward
-    node) allocated after its end and before the next recompute or forward block starts: a recompute's span
-    ends at its last operator with an autograd sequence number, and a tensor subclass's operators (DTensor's
-    redistributions, a tensor-parallel block's collectives and the operators after them) have none."""
+    stage runs a micro-batch's backward between later ones' forwards). What it keeps: what it allocates up to the
+    end of its forward and is still live there. A recompute's span ends at its last operator with an autograd
+    sequence number, and a tensor subclass's operators (DTensor's redistributions, a tensor-parallel block's
+    collectives and the operators after them) have none: its forward ends at the last activation (memory_blocks'
+    category: the forward's operators under a backward node) allocated after the span and before the backward's
+    next node, the next recompute or forward block starts."""
     out = []
     ts = blocks.alloc_ts_ns.to_numpy(np.int64)
     ends = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
@@ -869,6 +870,7 @@ def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     rec = rec[rec["rank"] == rank]
     st = g.steps[g.steps["rank"] == rank]
     fwd = _forward_blocks(g, facts, rank)
+    bwd = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
     for (s0, s1), spans in zip(zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)), fwd):
         mine = rec[(rec.start >= s0) & (rec.start < s1)].sort_values("start")
         if not len(mine) or not spans:
@@ -887,7 +889,16 @@ def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
             if k < 0 or f >= block_ends[k]:
                 k = len(spans) - 1 - j
             start = spans[max(k, 0)][0]
-            held = np.flatnonzero(((ts >= a) & (ts < b) & (ends > b)) | ((ts >= b) & (ts < upto[j]) & act))
+            # the recompute's forward goes on to its last activation after the span and before the backward's
+            # next node (a DTensor block's redistribution and the operators after it); kept: what it allocates up
+            # to there, whatever the category (a residual add after the all-reduce is arithmetic, which a backward
+            # node runs too: other), that is still live there. What it frees before (a row-parallel linear's
+            # partial output, the all-reduce's buffer) is its temporaries, which the forward without
+            # checkpointing frees too
+            i = np.searchsorted(bwd, b, side="left")
+            after = (ts >= b) & (ts < (min(int(upto[j]), int(bwd[i])) if i < len(bwd) else upto[j])) & act
+            on = max(int(b), int(ts[after].max())) if after.any() else int(b)
+            held = np.flatnonzero((ts >= a) & (ts <= on) & (ends > on))
             out += [(start, int(t), float(x)) for t, x in zip(ts[held], blocks.bytes.to_numpy()[held])]
     return out
 

@@ -457,7 +457,14 @@ def test_a_tensor_parallel_recompute_keeps_what_it_makes_after_its_collective(tp
     # a recompute's span ends at its last operator with an autograd sequence number; in a DTensor block that is
     # before the all-reduce's redistribution, and the MLP's activations the recompute makes after it were left in
     # the backward (the prediction 27% under the run without checkpointing)
-    _within_recordings(_predicted(tp_pair["full"], "none"), tp_pair["none"])
+    predicted = _predicted(tp_pair["full"], "none")
+    _within_recordings(predicted, tp_pair["none"])
+    # what the recompute keeps is what is live where its forward ends, not where its span does: the row-parallel
+    # linear's partial output and the all-reduce's buffer, freed just after the span, were kept and the residual
+    # add after the all-reduce (arithmetic: 'other' in the backward) was not; the two did not cancel, the
+    # prediction 7.0% over (16.33 MB for 15.26) on every recording, where it is now within one such buffer (1.7%)
+    measured = np.median([whatif(r, []).iloc[0].measured_peak_alloc_bytes for r in tp_pair["none"]])
+    assert abs(predicted / measured - 1) < 0.02, (predicted, measured)
 
 
 def _graph_facts(run):
