@@ -757,8 +757,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     micro-batches in flight, _in_flight; tensor parallelism's split of a block's, _tp_activations, none of a
     checkpointed block's input, _kept_split), what the forward does not keep for the backward (its temporaries, a
     checkpoint's recompute) by the tokens and the split; other (the temporaries) by the tokens, as the memory
-    what-ifs take it; communication buffers as measured where the new layout keeps what made them (_comm_kept).
-    Otherwise (another pipeline depth, schedule or micro-batch count), each new stage's schedule walked
+    what-ifs take it, and outside the loss (_outside_loss) by the split; communication buffers as measured where
+    the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or micro-batch count), each new stage's schedule walked
     (activations.stage_peaks) on the rank's largest state and gradients, an FSDP layout's unsharded copies aside at
     the last stage's loss: the run's own curve holds its own micro-batches in its own order."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
@@ -819,9 +819,13 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         # first, the head's on the last, its micro-batches in flight) over what this rank keeps
         own = (kp.micro_batch(blocks_src, stage_src == 0, stage_src == src.pp - 1) * w.tokens
                * _in_flight(src, stage_src) if kp is not None else 0.0)
-        # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._follows_tokens)
+        # other (the temporaries) follows the tokens a rank holds, as in the memory what-ifs (memory._follows_tokens),
+        # and outside the loss tensor parallelism's split, as the forward's unkept activations do: a checkpointed
+        # run peaks in a block's backward, whose temporaries (the gradients of the block's activations) it splits;
+        # the loss's (its operators and their backward nodes, _outside_loss) stay whole
+        split_at = _outside_loss(run, cache).get((int(r), int(dt), int(di)), np.zeros(len(cat), bool))
         fixed = (cat.communication_buffers.to_numpy() * _comm_kept(src, new)
-                 + cat.other.to_numpy() * tokens / w.tokens)
+                 + cat.other.to_numpy() * tokens / w.tokens * np.where(split_at, tp_f, 1.0))
         best = 0.0
         # what the forward does not keep (its temporaries, a checkpoint's recompute) follows the tokens and the split
         unkept = plan.unkept_act.get((int(r), int(dt), int(di)), np.zeros(len(cat)))
