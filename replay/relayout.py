@@ -758,9 +758,10 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     checkpointed block's input, _kept_split), what the forward does not keep for the backward (its temporaries, a
     checkpoint's recompute) by the tokens and the split; other (the temporaries) by the tokens, as the memory
     what-ifs take it, and outside the loss (_outside_loss) by the split; communication buffers as measured where
-    the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or micro-batch count), each new stage's schedule walked
-    (activations.stage_peaks) on the rank's largest state and gradients, an FSDP layout's unsharded copies aside at
-    the last stage's loss: the run's own curve holds its own micro-batches in its own order."""
+    the new layout keeps what made them (_comm_kept). Otherwise (another pipeline depth, schedule or micro-batch
+    count), each new stage's schedule walked (activations.stage_peaks) on the rank's largest state and gradients,
+    an FSDP layout's unsharded copies aside at the last stage's loss: the run's own curve holds its own
+    micro-batches in its own order."""
     from .memory import PEAK_COLUMNS, _memory_analysis, peak_devices
 
     top = peak_devices(run, cache)

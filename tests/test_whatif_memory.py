@@ -533,7 +533,7 @@ def test_checkpointing_a_tensor_parallel_run_finds_its_blocks_in_every_step(tp_p
 
 
 @pytest.mark.slow  # the same jobs, and one DDP job recorded the same way
-def test_a_checkpointed_data_parallel_run_re_laid_as_tensor_parallel_splits_its_blocks_temporaries(tp_pair, tmp_path):
+def test_a_checkpointed_ddp_run_re_laid_as_tensor_parallel_splits_its_blocks_temporaries(tp_pair, tmp_path):
     # a checkpointed run peaks in a block's backward, where its temporaries ('other': the gradients of the block's
     # activations) are what tensor parallelism splits; grown by the tokens alone (x2 from DP 2 to TP 2) they put
     # the re-layout's peak 17% over the TP run's (7.10 MB for 6.07), where the loss's, which stay whole, are not
