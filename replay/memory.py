@@ -828,6 +828,11 @@ def _forward_blocks(g, facts: OpFacts, rank: int) -> list[list[tuple[int, int]]]
     return out
 
 
+def _backward_starts(g, facts: OpFacts, rank: int) -> np.ndarray:
+    """The start times, sorted, of the rank's backward nodes."""
+    return np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+
+
 def _recomputed(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     """Checkpointing a run that did not: each forward block's kept allocations (its output aside) are not held
     from the block's end until its backward starts (the first of them freed)."""
@@ -835,7 +840,7 @@ def _recomputed(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     act = blocks[blocks.category == "activations"]
     ts = act.alloc_ts_ns.to_numpy(np.int64)
     ends = act.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
-    bwd = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+    bwd = _backward_starts(g, facts, rank)
     for spans in _forward_blocks(g, facts, rank):
         for a, b in spans:
             i = np.searchsorted(bwd, b)
@@ -870,7 +875,7 @@ def _kept(g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> list:
     rec = rec[rec["rank"] == rank]
     st = g.steps[g.steps["rank"] == rank]
     fwd = _forward_blocks(g, facts, rank)
-    bwd = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+    bwd = _backward_starts(g, facts, rank)
     for (s0, s1), spans in zip(zip(st.ts_ns.to_numpy(np.int64), st.end_ns.to_numpy(np.int64)), fwd):
         mine = rec[(rec.start >= s0) & (rec.start < s1)].sort_values("start")
         if not len(mine) or not spans:

@@ -483,7 +483,6 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
                                                               for e in tl.evidence]
     stages = {int(r): i for grp in tl.groups.get("pp", []) for i, r in enumerate(grp)}
     kp, unkept = _micro_batch_memory(run, g, facts, st, src, stages)
-    outside = _outside_loss(run, facts.analyses) if new.sharding == "fsdp" and src.sharding != "fsdp" else {}
     if kp is not None:
         split = ", not a checkpointed block's input" if facts.checkpointed else ""
         how = ("the run's own memory curve re-sized" if _same_schedule(src, new) else
@@ -496,7 +495,7 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
     # a layout without a pipeline re-laid out from a pipeline run holds its output as long (the run's loop holds the
     # step's outputs; a loop over one model's output holds it until the step ends as `out = model(x)` does)
     retained = _output_per_token(run, facts.analyses) if max(new.pp, src.pp) > 1 and kp is not None else 0.0
-    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept, outside,
+    return ratio, notes, Plan(src, new, st, w, batch_scale, kp, stages, unkept,
                               checkpointed=bool(facts.checkpointed), retained=retained)
 
 
@@ -777,9 +776,13 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
     block = _block_bytes(st, w)
     held = {c: _held(w, new, c) / max(_held(w, src, c), 1.0) for c in ("parameters", "optimizer_state")}
     kp = plan.kept
+    # whether each event is outside the loss (_outside_loss): where an FSDP layout holds unsharded parameters, and
+    # where tensor parallelism splits the temporaries
+    outside = _outside_loss(run, cache) if tp_f != 1.0 or new.sharding == "fsdp" else {}
     rows = []
     for r, dt, di, peak in zip(top["rank"], top.device_type, top.device_id, top.peak_allocated_bytes):
         cat = series.get((int(r), int(dt), int(di)), pd.DataFrame(0.0, index=[0], columns=list(CATEGORIES)))
+        out_loss = outside.get((int(r), int(dt), int(di)), np.ones(len(cat), bool))
         mine = st.ranks.get(int(r))
         blocks_src = max(mine.blocks if mine else w.blocks / src.pp, 1)
         stage_src = plan.stages.get(int(r), 0)
@@ -792,8 +795,7 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
             copies = np.full(len(cat), _held(w, new, "parameters"))
         elif new.sharding == "fsdp":  # what FSDP2 gathers (none while the loss runs), and stages for a
             # reduce-scatter in the backward
-            held_at = plan.outside_loss.get((int(r), int(dt), int(di)), np.ones(len(cat), bool))
-            copies = (np.where(held_at, _gathered(st, w, new), 0.0)
+            copies = (np.where(out_loss, _gathered(st, w, new), 0.0)
                       + np.where(cat.gradients.to_numpy() > 0, block / new.tp, 0.0))
         state = copies + state_params * held["parameters"]
         state += cat.optimizer_state.to_numpy() * held["optimizer_state"]
@@ -824,9 +826,8 @@ def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
         # and outside the loss tensor parallelism's split, as the forward's unkept activations do: a checkpointed
         # run peaks in a block's backward, whose temporaries (the gradients of the block's activations) it splits;
         # the loss's (its operators and their backward nodes, _outside_loss) stay whole
-        split_at = _outside_loss(run, cache).get((int(r), int(dt), int(di)), np.zeros(len(cat), bool))
         fixed = (cat.communication_buffers.to_numpy() * _comm_kept(src, new)
-                 + cat.other.to_numpy() * tokens / w.tokens * np.where(split_at, tp_f, 1.0))
+                 + cat.other.to_numpy() * tokens / w.tokens * np.where(out_loss, tp_f, 1.0))
         best = 0.0
         # what the forward does not keep (its temporaries, a checkpoint's recompute) follows the tokens and the split
         unkept = plan.unkept_act.get((int(r), int(dt), int(di)), np.zeros(len(cat)))
@@ -860,9 +861,6 @@ class Plan:
     # (rank, device type, device id) -> the activations its forward does not keep (its temporaries, a checkpoint's
     # recompute) after each event
     unkept_act: dict = field(default_factory=dict)
-    # (rank, device type, device id) -> whether each event is outside the loss, where an FSDP layout holds unsharded
-    # parameters (a layout of FSDP from a run without it; _outside_loss)
-    outside_loss: dict = field(default_factory=dict)
     # the run recomputes its blocks (activation checkpointing): a block keeps its input only (_kept_split)
     checkpointed: bool = False
     # bytes per token of a micro-batch the new layout's last stage holds after its backward, until the step ends:
