@@ -18,19 +18,23 @@ micro-batch (Structure.tokens):
   its backward's transient is taken for every stage, its forward's only for the last);
 - the backward's fullest over what its micro-batches kept, net of what it has freed of that by then (`over_kept`:
   the head's logits and the loss's saved tensors are gone before a block's recompute peaks), per stretch of the
-  backward between two forward blocks.
+  backward between two forward blocks;
+- a step's first backward until its gradients are made (`first_backward`): at each event, the share of the
+  gradients made, of its micro-batch's kept bytes freed and its transient live (a backward's transient is largest
+  at the loss, where it holds no gradients yet: at its end, the gradients full, it holds less).
 
 Tensor parallelism splits a block's bytes and the transients (what it leaves: relayout's _tp_activations), not the
 embedding's or the head's outputs, nor a checkpointed block's input (relayout's _kept_split). A stage's peak
 (stage_peak, stage_peaks) walks its schedule (schedule: GPipe's forwards then backwards, 1F1B's warm-up forwards then
 one forward and one backward, a stage without a pipeline its micro-batches one after the other): a forward adds a
 micro-batch's kept bytes with the forward's transient on top; a backward holds its fullest over them (over_kept),
-then frees the micro-batch; the gradients fill during the first backward (freeing the micro-batch as they fill: the
-larger of its two ends, with the backward's transient) and stay for the step.
+then frees the micro-batch; the gradients fill during the first backward (freeing the micro-batch as they fill, its
+transient on top: the most of the three at once over the run's first backward, first_backward's shares of the new
+stage's bytes) and stay for the step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -55,6 +59,11 @@ class Kept:
     over_kept_last: float = 0.0
     over_kept_rest: float = 0.0
     tokens: int = 0
+    # a step's first backward, at each of its events: (the share of the gradients it has made, the share of its
+    # micro-batch's kept bytes it has freed, its transient per token) -- where a backward peaks as the gradients fill
+    # (_Placed.first_backward); None: the run shows none
+    first_backward_last: np.ndarray | None = field(default=None, repr=False)
+    first_backward_rest: np.ndarray | None = field(default=None, repr=False)
 
     def micro_batch(self, blocks: float, first: bool, last: bool, tp_factor: float = 1.0) -> float:
         """What a micro-batch keeps per token on a stage of `blocks` blocks; tp_factor: what tensor parallelism
@@ -87,13 +96,21 @@ def stage_peak(ops: list[str], kept_bytes: float, forward_top: float, backward_t
 
 def stage_peaks(ops: list[str], kept_bytes: float, forward_top: float, backward_top: float, grads: float,
                 over_kept: float | None = None, retained: float = 0.0,
-                head: float = 0.0) -> tuple[float, float, float]:
+                head: float = 0.0, first_backward: np.ndarray | None = None) -> tuple[float, float, float]:
     """stage_peak's largest (its arguments) apart: (at a forward's end or a backward's start -- on the last stage
     the loss and its backward --, in a backward once the head's bytes of its micro-batch are freed (head: of
-    kept_bytes, the last stage's after its blocks; what it retains stays), at the first backward's end, its
-    micro-batch freed but what it retains and the gradients full)."""
+    kept_bytes, the last stage's after its blocks; what it retains stays), in the first backward as the gradients
+    fill). first_backward: a run's first backward (Kept.first_backward_*, its transient in bytes here), at each event
+    the gradients' share made, the kept bytes' share freed (what is retained aside) and the transient live; the first
+    backward holds the most of their sum; without it, its end: its micro-batch freed but what it retains, the
+    gradients full and the backward's transient on top."""
     over = backward_top if over_kept is None else over_kept
     freed = max(head - retained, 0.0)
+    if first_backward is not None and len(first_backward):
+        made, gone, live_tr = np.asarray(first_backward, np.float64).T
+        fill = float(np.max((kept_bytes - retained) * (1.0 - gone) + grads * made + live_tr))
+    else:
+        fill = grads + backward_top
     live, held, kept_after, ends, blocks, first_end = 0, 0.0, 0.0, 0.0, 0.0, 0.0
     for op in ops:
         if op == "F":
@@ -103,7 +120,7 @@ def stage_peaks(ops: list[str], kept_bytes: float, forward_top: float, backward_
         ends = max(ends, live * kept_bytes + over + held + kept_after)
         blocks = max(blocks, live * kept_bytes - freed + over + held + kept_after)
         if not held:  # the first backward: its micro-batch's bytes freed as the gradients fill
-            first_end = max(first_end, (live - 1) * kept_bytes + retained + grads + backward_top + kept_after)
+            first_end = max(first_end, (live - 1) * kept_bytes + retained + fill + kept_after)
         live = max(live - 1, 0)
         held = grads
         kept_after += retained
@@ -120,15 +137,15 @@ def measure(run, g, facts: OpFacts, tokens: int, devices: dict, stages: dict, pp
     (and the others' apart). Kept is None where no rank shows a repeated block keeping activations. Each rank's
     allocations are placed once (_Placed) for both."""
     blocks = _memory_analysis(run, cache, "memory_blocks")
-    blocks = blocks[blocks.category.isin(WORKING)]
-    got, unkept = {}, {}
+    got, unkept, curves = {}, {}, {}
     for (r, dt, di), times in devices.items():
         mine = blocks[(blocks["rank"] == r) & (blocks.device_type == dt) & (blocks.device_id == di)]
-        placed = _Placed.of(g, facts, r, mine)
+        placed = _Placed.of(g, facts, r, mine[mine.category.isin(WORKING)])
         unkept[(r, dt, di)] = placed.unkept_activations(times)
         x = placed.kept() if tokens > 0 and facts.blocks else None
         if x is not None:
             got[r] = np.array(x) / tokens
+            curves[r] = placed.first_backward(mine[mine.category == "gradients"]) / [1.0, 1.0, tokens]
     if not got:
         return None, unkept
     last = {r for r in got if stages.get(r, pp - 1) == pp - 1}
@@ -137,12 +154,17 @@ def measure(run, g, facts: OpFacts, tokens: int, devices: dict, stages: dict, pp
     def most(ranks, i):
         return max((float(got[r][i]) for r in ranks), default=0.0)
 
+    def curve(ranks):  # None where the ranks' first backwards make no gradients
+        c = np.concatenate([curves[r] for r in ranks]) if ranks else np.zeros((0, 3))
+        return c if len(c) else None
+
     rest = set(got) - last
     return Kept(float(np.median([x[0] for x in got.values()])), most(first, 1), most(last, 2),
                 forward_last=most(last, 3), forward_rest=most(rest, 3), backward_last=most(last, 4),
                 # no other stage: the backward's transient is every stage's, the forward's (the loss) the last's
                 backward_rest=most(rest, 4) if rest else most(last, 4), over_kept_last=most(last, 5),
-                over_kept_rest=most(rest, 5) if rest else most(last, 5), tokens=tokens), unkept
+                over_kept_rest=most(rest, 5) if rest else most(last, 5), tokens=tokens,
+                first_backward_last=curve(last), first_backward_rest=curve(rest) if rest else curve(last)), unkept
 
 
 # the categories a micro-batch's forward and backward allocate (what they keep and their transients); gradients,
@@ -191,6 +213,10 @@ class _Placed:
     phase: np.ndarray
     fwd: np.ndarray
     keeps: np.ndarray
+    # the rank's steps' starts and ends (none: one step, the whole trace), its backward nodes' ends (sorted)
+    step_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    step_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bwd_ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @classmethod
     def of(cls, g, facts: OpFacts, rank: int, blocks: pd.DataFrame) -> "_Placed":
@@ -199,7 +225,8 @@ class _Placed:
         ends = np.array([b for _, b in spans], np.int64)
         ts = blocks.alloc_ts_ns.to_numpy(np.int64)
         end = blocks.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
-        bwd_starts = np.sort(g.start_ns[(g.rank == rank) & (facts.phase == BACKWARD)])
+        nodes = (g.rank == rank) & (facts.phase == BACKWARD)
+        bwd_starts = np.sort(g.start_ns[nodes])
         phase = _phase_at(g, facts, rank, ts)
         nb = np.searchsorted(bwd_starts, ts, side="right")
         if len(bwd_starts):
@@ -215,7 +242,60 @@ class _Placed:
         keeps = fwd.copy()
         keeps[keeps] &= end[keeps] > bwd_starts[nb[keeps]]
         return cls(starts, ends, ts, end, blocks.bytes.to_numpy(np.float64), blocks.category.to_numpy(object), phase,
-                   fwd, keeps)
+                   fwd, keeps, steps.ts_ns.to_numpy(np.int64), steps.end_ns.to_numpy(np.int64),
+                   np.sort(g.start_ns[nodes] + g.dur_ns[nodes]))
+
+    def first_backward(self, grads: pd.DataFrame) -> np.ndarray:
+        """Each step's first backward (its first stretch of backward allocations, to its last backward node's end
+        before the next forward block) until its gradients are made: the first event where the gradient bytes live
+        (grads: the rank's memory_blocks rows of gradients), less those live when it starts, reach the most they
+        hold from then to the stretch's end (a later micro-batch's backward in the stretch only adds transients to
+        them; the optimizer, after it, frees them). At each event from its first gradient
+        on (before it, the loss's backward is a backward's start: stage_peaks' own): (the share of those gradients
+        made, the share freed of the forward's kept bytes it frees by then, the bytes live of what it allocated).
+        Rows of all steps; none where a step's stretch makes no gradients."""
+        bwd = self.phase == BACKWARD
+        if not bwd.any() or not len(grads):
+            return np.zeros((0, 3))
+        g_ts = grads.alloc_ts_ns.to_numpy(np.float64)
+        g_end = grads.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
+        g_t, g_live = _live(g_ts, g_end, grads.bytes.to_numpy(np.float64))
+        bounds = zip(self.step_ts, self.step_end) if len(self.step_ts) else [(-np.inf, np.inf)]
+        stretch = np.searchsorted(self.starts, self.ts, side="right")  # the forward blocks started before
+        out = []
+        for s0, s1 in bounds:
+            mine = bwd & (self.ts >= s0) & (self.ts < s1)
+            if not mine.any():
+                continue
+            k0 = int(stretch[mine].min())
+            mine &= stretch == k0
+            t0 = float(self.ts[mine].min())
+            t1 = min(float(self.starts[k0]) if k0 < len(self.starts) else np.inf, float(s1))
+            nodes = self.bwd_ends[(self.bwd_ends > t0) & (self.bwd_ends < t1)]
+            if len(nodes):
+                t1 = float(nodes[-1]) + 1.0
+            t = np.unique(np.concatenate([self.ts[mine], self.end[mine], self.end[self.keeps], g_ts, g_end]))
+            t = t[(t >= t0) & (t < t1)]
+
+            def at(times, live, when):  # what is live after the events up to `when`
+                i = np.searchsorted(times, when, side="right") - 1
+                return np.where(i >= 0, live[np.clip(i, 0, None)], 0.0)
+
+            made = at(g_t, g_live, t) - float(at(g_t, g_live, np.array([t0 - 1]))[0])
+            # what they hold from each event to the stretch's end: a later micro-batch's transients aside
+            full = float(np.minimum.accumulate(made[::-1]).max()) if len(made) else 0.0
+            if full <= 0:
+                continue
+            cut = int(np.argmax(made >= full))  # the gradients made: the micro-batch's backward is over
+            t, made = t[:cut + 1], made[:cut + 1]
+            kept = self.keeps & (self.ts < t0) & (self.end >= t0) & (self.end <= t[-1])
+            k_end = np.sort(self.end[kept])
+            freed = np.cumsum(self.nbytes[kept][np.argsort(self.end[kept], kind="stable")])
+            gone = at(k_end, freed, t) / freed[-1] if len(freed) else np.zeros(len(t))
+            a_t, a_live = _live(self.ts[mine], self.end[mine], self.nbytes[mine])
+            filling = made > 0  # its start, the loss's backward before any gradient, is a backward's start
+            out.append(np.column_stack([made / full, gone, at(a_t, a_live, t)])[filling])
+        return np.concatenate(out) if out else np.zeros((0, 3))
 
     def unkept_activations(self, times: np.ndarray) -> np.ndarray:
         """Bytes of activations not kept for the backward live at each of times."""

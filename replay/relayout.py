@@ -487,7 +487,9 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
         split = ", not a checkpointed block's input" if facts.checkpointed else ""
         how = ("the run's own memory curve re-sized" if _same_schedule(src, new) else
                f"each stage's {new.schedule if new.pp > 1 else 'micro-batch'} schedule walked, its gradients held "
-               "from the first backward on")
+               "from the first backward on" + (", which holds the most as the run's first backward did, its "
+                                               "gradients filling as it frees its micro-batch"
+                                               if kp.first_backward_last is not None else ""))
         notes.append(f"peak memory: a micro-batch keeps {kp.block:.0f} B a token a block, {kp.pre:.0f} before the "
                      f"blocks, {kp.post:.0f} after them (the run's [memory] events; tensor parallelism splits a "
                      f"block's only{split}); {how} (replay/activations.py)")
@@ -730,7 +732,14 @@ def _stage_peaks(kp, new: Layout, s: int, bounds: np.ndarray, tokens: float, tp_
                       (kp.forward_last if last else kp.forward_rest) * tokens * tp_f,
                       (kp.backward_last if last else kp.backward_rest) * tokens * tp_f, grads,
                       (kp.over_kept_last if last else kp.over_kept_rest) * tokens * tp_f,
-                      retained * tokens if last else 0.0, kp.post * tokens if last else 0.0)
+                      retained * tokens if last else 0.0, kp.post * tokens if last else 0.0,
+                      _first_backward(kp.first_backward_last if last else kp.first_backward_rest, tokens * tp_f))
+
+
+def _first_backward(curve: np.ndarray | None, per_token: float) -> np.ndarray | None:
+    """A run's first backward (Kept.first_backward_*) with its transient in bytes of a micro-batch's tokens and split
+    (per_token: tokens x what tensor parallelism leaves)."""
+    return None if curve is None else curve * [1.0, 1.0, per_token]
 
 
 def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:
