@@ -20,17 +20,18 @@ micro-batch (Structure.tokens):
   the head's logits and the loss's saved tensors are gone before a block's recompute peaks), per stretch of the
   backward between two forward blocks;
 - a step's first backward until its gradients are made (`first_backward`): at each event, the share of the
-  gradients made, of its micro-batch's kept bytes freed and its transient live (a backward's transient is largest
-  at the loss, where it holds no gradients yet: at its end, the gradients full, it holds less).
+  gradients made and its transient live (a backward's transient is largest at the loss, where it holds no gradients
+  yet: at its end, the gradients full, it holds less).
 
 Tensor parallelism splits a block's bytes and the transients (what it leaves: relayout's _tp_activations), not the
 embedding's or the head's outputs, nor a checkpointed block's input (relayout's _kept_split). A stage's peak
 (stage_peak, stage_peaks) walks its schedule (schedule: GPipe's forwards then backwards, 1F1B's warm-up forwards then
 one forward and one backward, a stage without a pipeline its micro-batches one after the other): a forward adds a
 micro-batch's kept bytes with the forward's transient on top; a backward holds its fullest over them (over_kept),
-then frees the micro-batch; the gradients fill during the first backward (freeing the micro-batch as they fill, its
-transient on top: the most of the three at once over the run's first backward, first_backward's shares of the new
-stage's bytes) and stay for the step.
+then frees the micro-batch; the gradients fill during the first backward, freeing the micro-batch as they fill (its
+blocks' bytes by the share of the gradients made, a block's backward freeing what it kept as it makes its
+gradients; the head's once the loss's backward has run), the transient on top: the most of them at once over the
+run's first backward (first_backward), on the new stage's bytes. The gradients stay for the step.
 """
 from __future__ import annotations
 
@@ -59,9 +60,8 @@ class Kept:
     over_kept_last: float = 0.0
     over_kept_rest: float = 0.0
     tokens: int = 0
-    # a step's first backward, at each of its events: (the share of the gradients it has made, the share of its
-    # micro-batch's kept bytes it has freed, its transient per token) -- where a backward peaks as the gradients fill
-    # (_Placed.first_backward); None: the run shows none
+    # a step's first backward, at each of its events: (the share of the gradients it has made, its transient per
+    # token) -- where a backward peaks as the gradients fill (_Placed.first_backward); None: the run shows none
     first_backward_last: np.ndarray | None = field(default=None, repr=False)
     first_backward_rest: np.ndarray | None = field(default=None, repr=False)
 
@@ -101,14 +101,16 @@ def stage_peaks(ops: list[str], kept_bytes: float, forward_top: float, backward_
     the loss and its backward --, in a backward once the head's bytes of its micro-batch are freed (head: of
     kept_bytes, the last stage's after its blocks; what it retains stays), in the first backward as the gradients
     fill). first_backward: a run's first backward (Kept.first_backward_*, its transient in bytes here), at each event
-    the gradients' share made, the kept bytes' share freed (what is retained aside) and the transient live; the first
-    backward holds the most of their sum; without it, its end: its micro-batch freed but what it retains, the
-    gradients full and the backward's transient on top."""
+    from its first gradient the gradients' share made and the transient live; there the micro-batch holds what it
+    retains and its blocks' and embedding's bytes less that share (each block's backward frees what it kept as it
+    makes its gradients; the loss's backward has freed the head's), and the first backward holds the most of their
+    sum. Without it, its end: its micro-batch freed but what it retains, the gradients full and the backward's
+    transient on top."""
     over = backward_top if over_kept is None else over_kept
     freed = max(head - retained, 0.0)
     if first_backward is not None and len(first_backward):
-        made, gone, live_tr = np.asarray(first_backward, np.float64).T
-        fill = float(np.max((kept_bytes - retained) * (1.0 - gone) + grads * made + live_tr))
+        made, live_tr = np.asarray(first_backward, np.float64).T
+        fill = float(np.max(max(kept_bytes - max(head, retained), 0.0) * (1.0 - made) + grads * made + live_tr))
     else:
         fill = grads + backward_top
     live, held, kept_after, ends, blocks, first_end = 0, 0.0, 0.0, 0.0, 0.0, 0.0
@@ -145,7 +147,7 @@ def measure(run, g, facts: OpFacts, tokens: int, devices: dict, stages: dict, pp
         x = placed.kept() if tokens > 0 and facts.blocks else None
         if x is not None:
             got[r] = np.array(x) / tokens
-            curves[r] = placed.first_backward(mine[mine.category == "gradients"]) / [1.0, 1.0, tokens]
+            curves[r] = placed.first_backward(mine[mine.category == "gradients"]) / [1.0, tokens]
     if not got:
         return None, unkept
     last = {r for r in got if stages.get(r, pp - 1) == pp - 1}
@@ -155,7 +157,7 @@ def measure(run, g, facts: OpFacts, tokens: int, devices: dict, stages: dict, pp
         return max((float(got[r][i]) for r in ranks), default=0.0)
 
     def curve(ranks):  # None where the ranks' first backwards make no gradients
-        c = np.concatenate([curves[r] for r in ranks]) if ranks else np.zeros((0, 3))
+        c = np.concatenate([curves[r] for r in ranks]) if ranks else np.zeros((0, 2))
         return c if len(c) else None
 
     rest = set(got) - last
@@ -250,13 +252,12 @@ class _Placed:
         before the next forward block) until its gradients are made: the first event where the gradient bytes live
         (grads: the rank's memory_blocks rows of gradients), less those live when it starts, reach the most they
         hold from then to the stretch's end (a later micro-batch's backward in the stretch only adds transients to
-        them; the optimizer, after it, frees them). At each event from its first gradient
-        on (before it, the loss's backward is a backward's start: stage_peaks' own): (the share of those gradients
-        made, the share freed of the forward's kept bytes it frees by then, the bytes live of what it allocated).
-        Rows of all steps; none where a step's stretch makes no gradients."""
+        them; the optimizer, after it, frees them). At each event from its first gradient on (before it, the loss's
+        backward is a backward's start: stage_peaks' own): (the share of those gradients made, the bytes live of what
+        it allocated). Rows of all steps; none where a step's stretch makes no gradients."""
         bwd = self.phase == BACKWARD
         if not bwd.any() or not len(grads):
-            return np.zeros((0, 3))
+            return np.zeros((0, 2))
         g_ts = grads.alloc_ts_ns.to_numpy(np.float64)
         g_end = grads.end_ts_ns.to_numpy(dtype="float64", na_value=np.inf)
         g_t, g_live = _live(g_ts, g_end, grads.bytes.to_numpy(np.float64))
@@ -274,7 +275,7 @@ class _Placed:
             nodes = self.bwd_ends[(self.bwd_ends > t0) & (self.bwd_ends < t1)]
             if len(nodes):
                 t1 = float(nodes[-1]) + 1.0
-            t = np.unique(np.concatenate([self.ts[mine], self.end[mine], self.end[self.keeps], g_ts, g_end]))
+            t = np.unique(np.concatenate([self.ts[mine], self.end[mine], g_ts, g_end]))
             t = t[(t >= t0) & (t < t1)]
 
             def at(times, live, when):  # what is live after the events up to `when`
@@ -288,14 +289,10 @@ class _Placed:
                 continue
             cut = int(np.argmax(made >= full))  # the gradients made: the micro-batch's backward is over
             t, made = t[:cut + 1], made[:cut + 1]
-            kept = self.keeps & (self.ts < t0) & (self.end >= t0) & (self.end <= t[-1])
-            k_end = np.sort(self.end[kept])
-            freed = np.cumsum(self.nbytes[kept][np.argsort(self.end[kept], kind="stable")])
-            gone = at(k_end, freed, t) / freed[-1] if len(freed) else np.zeros(len(t))
             a_t, a_live = _live(self.ts[mine], self.end[mine], self.nbytes[mine])
             filling = made > 0  # its start, the loss's backward before any gradient, is a backward's start
-            out.append(np.column_stack([made / full, gone, at(a_t, a_live, t)])[filling])
-        return np.concatenate(out) if out else np.zeros((0, 3))
+            out.append(np.column_stack([made / full, at(a_t, a_live, t)])[filling])
+        return np.concatenate(out) if out else np.zeros((0, 2))
 
     def unkept_activations(self, times: np.ndarray) -> np.ndarray:
         """Bytes of activations not kept for the backward live at each of times."""

@@ -488,7 +488,7 @@ def step_scale(run, g, facts, par, link_params, nominal_gbps, gpus_per_node, bat
         how = ("the run's own memory curve re-sized" if _same_schedule(src, new) else
                f"each stage's {new.schedule if new.pp > 1 else 'micro-batch'} schedule walked, its gradients held "
                "from the first backward on" + (", which holds the most as the run's first backward did, its "
-                                               "gradients filling as it frees its micro-batch"
+                                               "gradients filling as its blocks free what they kept"
                                                if kp.first_backward_last is not None else ""))
         notes.append(f"peak memory: a micro-batch keeps {kp.block:.0f} B a token a block, {kp.pre:.0f} before the "
                      f"blocks, {kp.post:.0f} after them (the run's [memory] events; tensor parallelism splits a "
@@ -739,7 +739,7 @@ def _stage_peaks(kp, new: Layout, s: int, bounds: np.ndarray, tokens: float, tp_
 def _first_backward(curve: np.ndarray | None, per_token: float) -> np.ndarray | None:
     """A run's first backward (Kept.first_backward_*) with its transient in bytes of a micro-batch's tokens and split
     (per_token: tokens x what tensor parallelism leaves)."""
-    return None if curve is None else curve * [1.0, 1.0, per_token]
+    return None if curve is None else curve * [1.0, per_token]
 
 
 def predict_peak(run, plan: "Plan", cache: dict) -> pd.DataFrame:

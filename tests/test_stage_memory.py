@@ -58,13 +58,16 @@ def test_the_first_backward_peaks_where_its_gradients_and_transient_add_up_not_a
     from replay.activations import stage_peaks
 
     # a micro-batch keeps 10, the gradients are 20, the backward's largest transient 8 (at the loss): at its end the
-    # walk took 20 + 8 = 28. The run's first backward shows the transient at 2 at its start, 5 when 60% of the
-    # gradients are made and 80% of the kept bytes freed, 1 at its end: 10 + 2, 2 + 12 + 5 and 20 + 1 -> 21
-    curve = [[0.0, 0.0, 2.0], [0.6, 0.8, 5.0], [1.0, 1.0, 1.0]]
+    # walk took 20 + 8 = 28. The run's first backward shows the transient at 5 when 40% of the gradients are made
+    # and at 1 at its end; a block's backward frees what it kept as it makes its gradients: 6 + 8 + 5 and 20 + 1
+    curve = [[0.4, 5.0], [1.0, 1.0]]
     assert stage_peaks(["F", "B"], 10, 0, 8, 20)[2] == 28
     assert stage_peaks(["F", "B"], 10, 0, 8, 20, first_backward=curve)[2] == 21
-    # what a micro-batch retains is not freed: 3 of the 10 stay, so its end holds 3 + 20 + 1
-    assert stage_peaks(["F", "B"], 10, 0, 8, 20, retained=3, first_backward=curve)[2] == 24
+    # gradients of 5: the middle holds the most (6 + 2 + 5)
+    assert stage_peaks(["F", "B"], 10, 0, 8, 5, first_backward=curve)[2] == 13
+    # the last stage's head (4 of the 10: its logits) is freed by the loss's backward; what it retains (3) stays:
+    # 3 + 6 x 0.6 + 2 + 5
+    assert stage_peaks(["F", "B"], 10, 0, 8, 5, retained=3, head=4, first_backward=curve)[2] == pytest.approx(13.6)
     # a second micro-batch in flight (GPipe) is held throughout: + 10
     assert stage_peaks(["F", "F", "B", "B"], 10, 0, 8, 20, first_backward=curve)[2] == 31
 
@@ -75,10 +78,9 @@ def test_the_first_backward_is_measured_until_its_gradients_are_made():
     from replay.activations import _Placed
     from replay.memory import BACKWARD, FORWARD
 
-    # the forward keeps 100 B (freed at 300) and 200 B (freed at 220); the backward allocates 150 B at 210 (to 230)
-    # and 180 at 225 (to 235), and the gradients 50 B at 215 and 50 at 240: the curve ends at 240, where they are
-    # made; the 100 B freed after it are the next micro-batch's concern. Its start (210), before any gradient, is
-    # the backward's start, which the walk takes apart
+    # the backward allocates 150 B at 210 (to 230) and 180 at 225 (to 235), and the gradients 50 B at 215 and 50 at
+    # 240: the curve ends at 240, where they are made. Its start (210), before any gradient, is the backward's
+    # start, which the walk takes apart
     ts = np.array([10, 160, 210, 225], np.int64)
     end = np.array([300, 220, 230, 235], np.float64)
     phase = np.array([FORWARD, FORWARD, BACKWARD, BACKWARD], np.int8)
@@ -89,10 +91,10 @@ def test_the_first_backward_is_measured_until_its_gradients_are_made():
     grads = pd.DataFrame({"alloc_ts_ns": [215, 240], "end_ts_ns": pd.array([None, None], "Int64"),
                           "bytes": [50, 50]})
     got = p.first_backward(grads)
-    want = [[0.5, 0, 150], [0.5, 1, 150], [0.5, 1, 330], [0.5, 1, 180], [0.5, 1, 0], [1, 1, 0]]
+    want = [[0.5, 150], [0.5, 330], [0.5, 180], [0.5, 0], [1, 0]]
     assert got.tolist() == want
     # a backward that makes no gradients shows nothing
-    assert p.first_backward(grads.iloc[:0]).shape == (0, 3)
+    assert p.first_backward(grads.iloc[:0]).shape == (0, 2)
     # in a step (0-1000) whose optimizer frees the gradients at 500, the backward ends with its last node (244); a
     # transient 30 B gradient at 241-243 (a later micro-batch's, added to the first's) does not move where they are
     # made
