@@ -250,9 +250,9 @@ class _Placed:
     def first_backward(self, grads: pd.DataFrame) -> np.ndarray:
         """Each step's first backward (its first stretch of backward allocations, to its last backward node's end
         before the next forward block) until its gradients are made: the first event where the gradient bytes live
-        (grads: the rank's memory_blocks rows of gradients), less those live when it starts, reach the most they
-        hold from then to the stretch's end (a later micro-batch's backward in the stretch only adds transients to
-        them; the optimizer, after it, frees them). At each event from its first gradient on (before it, the loss's
+        (grads: the rank's memory_blocks rows of gradients), less those live when it starts, reach the highest level
+        they then hold to the stretch's end (a later micro-batch's backward in the stretch only adds transients on
+        top; the optimizer, after it, frees them). At each event from its first gradient on (before it, the loss's
         backward is a backward's start: stage_peaks' own): (the share of those gradients made, the bytes live of what
         it allocated). Rows of all steps; none where a step's stretch makes no gradients."""
         bwd = self.phase == BACKWARD
