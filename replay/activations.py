@@ -194,6 +194,12 @@ def _live(ts: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarr
     return t[order], np.cumsum(d[order])
 
 
+def _live_at(t: np.ndarray, live: np.ndarray, when: np.ndarray) -> np.ndarray:
+    """The bytes live (_live's t and live) after the events up to each of when; 0 before the first."""
+    i = np.searchsorted(t, when, side="right") - 1
+    return np.where(i >= 0, live[np.clip(i, 0, None)], 0.0)
+
+
 def _most_live(ts: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> float:
     """The most bytes live at once of blocks allocated at ts and ended at end (inf: never)."""
     return float(_live(ts, end, nbytes)[1].max(initial=0.0))
@@ -278,11 +284,7 @@ class _Placed:
             t = np.unique(np.concatenate([self.ts[mine], self.end[mine], g_ts, g_end]))
             t = t[(t >= t0) & (t < t1)]
 
-            def at(times, live, when):  # what is live after the events up to `when`
-                i = np.searchsorted(times, when, side="right") - 1
-                return np.where(i >= 0, live[np.clip(i, 0, None)], 0.0)
-
-            made = at(g_t, g_live, t) - float(at(g_t, g_live, np.array([t0 - 1]))[0])
+            made = _live_at(g_t, g_live, t) - float(_live_at(g_t, g_live, np.array([t0 - 1]))[0])
             # what they hold from each event to the stretch's end: a later micro-batch's transients aside
             full = float(np.minimum.accumulate(made[::-1]).max()) if len(made) else 0.0
             if full <= 0:
@@ -291,7 +293,7 @@ class _Placed:
             t, made = t[:cut + 1], made[:cut + 1]
             a_t, a_live = _live(self.ts[mine], self.end[mine], self.nbytes[mine])
             filling = made > 0  # its start, the loss's backward before any gradient, is a backward's start
-            out.append(np.column_stack([made / full, at(a_t, a_live, t)])[filling])
+            out.append(np.column_stack([made / full, _live_at(a_t, a_live, t)])[filling])
         return np.concatenate(out) if out else np.zeros((0, 2))
 
     def unkept_activations(self, times: np.ndarray) -> np.ndarray:

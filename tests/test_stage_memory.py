@@ -75,19 +75,10 @@ def test_the_first_backward_peaks_where_its_gradients_and_transient_add_up_not_a
 def test_the_first_backward_is_measured_until_its_gradients_are_made():
     import numpy as np
 
-    from replay.activations import _Placed
-    from replay.memory import BACKWARD, FORWARD
-
     # the backward allocates 150 B at 210 (to 230) and 180 at 225 (to 235), and the gradients 50 B at 215 and 50 at
     # 240: the curve ends at 240, where they are made. Its start (210), before any gradient, is the backward's
     # start, which the walk takes apart
-    ts = np.array([10, 160, 210, 225], np.int64)
-    end = np.array([300, 220, 230, 235], np.float64)
-    phase = np.array([FORWARD, FORWARD, BACKWARD, BACKWARD], np.int8)
-    keeps = np.array([True, True, False, False])
-    p = _Placed(np.array([0, 100], np.int64), np.array([50, 150], np.int64), ts, end,
-                np.array([100.0, 200.0, 150.0, 180.0]), np.array(["activations"] * 4, object), phase, keeps.copy(),
-                keeps)
+    p = _two_blocks_and_a_backward()
     grads = pd.DataFrame({"alloc_ts_ns": [215, 240], "end_ts_ns": pd.array([None, None], "Int64"),
                           "bytes": [50, 50]})
     got = p.first_backward(grads)
@@ -125,6 +116,24 @@ def test_the_models_output_per_token_is_the_losss_input(tmp_path):
         assert relayout._output_per_token(run, {}) == 512 * 4
 
 
+def _two_blocks_and_a_backward():
+    """One rank's allocations placed (replay.activations._Placed): two forward blocks (0-50, 100-150); kept for the
+    backward, 100 B allocated at 10 (freed at 300) and 200 B at 160 (freed at 220); the backward allocates 150 B at
+    210 (to 230) and 180 at 225 (to 235)."""
+    import numpy as np
+
+    from replay.activations import _Placed
+    from replay.memory import BACKWARD, FORWARD
+
+    ts = np.array([10, 160, 210, 225], np.int64)
+    end = np.array([300, 220, 230, 235], np.float64)
+    phase = np.array([FORWARD, FORWARD, BACKWARD, BACKWARD], np.int8)
+    keeps = np.array([True, True, False, False])
+    return _Placed(np.array([0, 100], np.int64), np.array([50, 150], np.int64), ts, end,
+                   np.array([100.0, 200.0, 150.0, 180.0]), np.array(["activations"] * 4, object), phase, keeps.copy(),
+                   keeps)
+
+
 def test_the_backward_over_kept_is_measured_net_of_the_kept_bytes_it_frees():
     import numpy as np
 
@@ -134,22 +143,16 @@ def test_the_backward_over_kept_is_measured_net_of_the_kept_bytes_it_frees():
     # two forward blocks (0-50, 100-150); kept: 100 B in the first block (freed at 300), 200 B after the second
     # (the head's, freed at 220 by the backward); the backward allocates 150 B at 210 (to 230) and 180 at 225 (to
     # 235): 450 live at 210 over 300 kept when it began -> 150; its transient alone is 330 (at 225)
-    ts = np.array([10, 160, 210, 225], np.int64)
-    end = np.array([300, 220, 230, 235], np.float64)
-    phase = np.array([FORWARD, FORWARD, BACKWARD, BACKWARD], np.int8)
-    keeps = np.array([True, True, False, False])
-    p = _Placed(np.array([0, 100], np.int64), np.array([50, 150], np.int64), ts, end,
-                np.array([100.0, 200.0, 150.0, 180.0]), np.array(["activations"] * 4, object), phase, keeps.copy(),
-                keeps)
+    p = _two_blocks_and_a_backward()
     got = p.kept()
     assert got[4] == 330.0 and got[5] == 150.0
     # two backward stretches (a 1F1B stage's: a forward block between them) are each measured from their start
-    ts2 = np.append(ts, [420, 430, 440])
-    end2 = np.append(end, [500, 445, 450])
+    ts2 = np.append(p.ts, [420, 430, 440])
+    end2 = np.append(p.end, [500, 445, 450])
     p2 = _Placed(np.array([0, 100, 400], np.int64), np.array([50, 150, 410], np.int64), ts2, end2,
-                 np.array([100.0, 200.0, 150.0, 180.0, 40.0, 500.0, 30.0]), np.array(["activations"] * 7, object),
-                 np.append(phase, [FORWARD, BACKWARD, BACKWARD]).astype(np.int8),
-                 np.append(keeps, [True, False, False]), np.append(keeps, [True, False, False]))
+                 np.append(p.nbytes, [40.0, 500.0, 30.0]), np.array(["activations"] * 7, object),
+                 np.append(p.phase, [FORWARD, BACKWARD, BACKWARD]).astype(np.int8),
+                 np.append(p.keeps, [True, False, False]), np.append(p.keeps, [True, False, False]))
     assert p2._over_kept(p2.phase == BACKWARD) == 530.0  # 40 kept, then 500 + 30 on top
 
 
